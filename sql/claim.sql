@@ -1,0 +1,56 @@
+-- outbox.claim(): first claim wins, duplicates are refused, rollback undoes.
+
+-- First claim true, the redelivered duplicate false.
+SELECT outbox.claim('inventory', 1) AS first;
+SELECT outbox.claim('inventory', 1) AS duplicate;
+-- Another consumer claims the same event independently.
+SELECT outbox.claim('marketing', 1) AS other_consumer;
+SELECT consumer, event_id, biz_type, biz_key, processed_at <= now() AS stamped
+  FROM outbox.consumer_dedup ORDER BY consumer, event_id;
+
+-- The business key refuses the same fact under another event id.
+SELECT outbox.claim('inventory', 10, 'OrderCreated', 'order-1') AS first;
+SELECT outbox.claim('inventory', 11, 'OrderCreated', 'order-1') AS same_fact_new_id;
+SELECT outbox.claim('inventory', 10, 'OrderCreated', 'order-2') AS same_id_other_fact;
+SELECT outbox.claim(consumer => 'inventory', event_id => 12,
+                    biz_type => 'OrderCreated', biz_key => 'order-3') AS named_args;
+
+-- A rolled-back business step leaves no claim: the redelivery applies it.
+BEGIN;
+SELECT outbox.claim('inventory', 20) AS claimed_in_failed_tx;
+ROLLBACK;
+SELECT outbox.claim('inventory', 20) AS claimed_on_redelivery;
+
+-- A claim inside a savepoint is undone with the savepoint.
+BEGIN;
+SAVEPOINT step;
+SELECT outbox.claim('inventory', 21) AS claimed;
+ROLLBACK TO step;
+SELECT outbox.claim('inventory', 21) AS claimed_again;
+COMMIT;
+SELECT count(*) FROM outbox.consumer_dedup WHERE event_id = 21;
+
+-- The claim and the business write commit together.
+CREATE TABLE stock (sku text PRIMARY KEY, reserved int NOT NULL);
+INSERT INTO stock VALUES ('sku-1', 0);
+CREATE FUNCTION pg_temp.reserve(evt bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF outbox.claim('stock', evt) THEN
+        UPDATE stock SET reserved = reserved + 1 WHERE sku = 'sku-1';
+    END IF;
+END $$;
+SELECT pg_temp.reserve(30);
+SELECT pg_temp.reserve(30);
+SELECT pg_temp.reserve(31);
+SELECT reserved FROM stock;
+
+-- Bad arguments.
+SELECT err($$SELECT outbox.claim(NULL, 1)$$);
+SELECT err($$SELECT outbox.claim('', 1)$$);
+SELECT err($$SELECT outbox.claim('c', NULL)$$);
+SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated')$$);
+SELECT err($$SELECT outbox.claim('c', 1, NULL, 'order-1')$$);
+SELECT err($$SELECT outbox.claim('c', 1, '', 'order-1')$$);
+SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated', '')$$);
+SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 1025)));
+SELECT count(*) FROM outbox.consumer_dedup WHERE consumer IN ('c', '');

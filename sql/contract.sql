@@ -1,0 +1,76 @@
+-- pgTAP: the schema and API contract clients and operators rely on.
+\set ECHO none
+\set QUIET 1
+\pset format unaligned
+\pset tuples_only true
+\pset pager off
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+RESET client_min_messages;
+BEGIN;
+SELECT plan(40);
+
+SELECT has_schema('outbox');
+SELECT has_table('outbox', 'event_log', 'event_log table');
+SELECT has_table('outbox', 'event_state', 'event_state table');
+SELECT has_view('outbox', 'events', 'events view');
+SELECT has_table('outbox', 'consumer_dedup', 'consumer_dedup table');
+
+SELECT columns_are('outbox', 'events', ARRAY[
+    'id', 'biz_type', 'biz_key', 'topic', 'msg_key', 'payload', 'headers',
+    'status', 'attempts', 'next_attempt_at', 'created_at', 'updated_at',
+    'last_error'], 'events has the documented columns');
+SELECT col_type_is('outbox', 'events', 'id', 'bigint', 'events.id is bigint');
+SELECT col_type_is('outbox', 'events', 'payload', 'jsonb', 'events.payload is jsonb');
+SELECT col_type_is('outbox', 'events', 'headers', 'jsonb', 'events.headers is jsonb');
+SELECT col_type_is('outbox', 'events', 'status', 'text', 'events.status is text');
+SELECT col_type_is('outbox', 'events', 'attempts', 'integer', 'events.attempts is integer');
+SELECT col_type_is('outbox', 'events', 'next_attempt_at', 'timestamp with time zone', 'events.next_attempt_at is timestamptz');
+SELECT col_type_is('outbox', 'events', 'last_error', 'text', 'events.last_error is text');
+
+SELECT col_is_pk('outbox', 'event_log', 'id', 'event_log keyed by id');
+SELECT col_is_unique('outbox', 'event_log', ARRAY['biz_type', 'biz_key'], 'one event per business key');
+SELECT col_default_is('outbox', 'event_log', 'id', 'nextval(''outbox.event_id_seq''::regclass)', 'ids come from the sequence');
+SELECT has_index('outbox', 'event_log', 'event_log_tx', ARRAY['tx'], 'relay reads by transaction id');
+SELECT col_is_pk('outbox', 'consumer_dedup', ARRAY['consumer', 'event_id'], 'one claim per consumer and event');
+SELECT col_is_unique('outbox', 'consumer_dedup', ARRAY['consumer', 'biz_type', 'biz_key'], 'one claim per consumer and business key');
+SELECT col_not_null('outbox', 'consumer_dedup', 'processed_at', 'claims are time-stamped');
+
+SELECT has_function('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'enqueue signature');
+SELECT function_returns('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'bigint', 'enqueue returns the id');
+SELECT is_definer('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'enqueue runs with the owner''s rights');
+SELECT volatility_is('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'volatile', 'enqueue is volatile');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure),
+    ARRAY['biz_type', 'biz_key', 'payload', 'topic', 'headers', 'msg_key'],
+    'enqueue parameter names');
+SELECT is(
+    (SELECT pronargdefaults FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure)::int,
+    3, 'enqueue: topic, headers and msg_key are optional');
+
+SELECT has_function('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'claim signature');
+SELECT function_returns('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'boolean', 'claim returns boolean');
+SELECT is_definer('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'claim runs with the owner''s rights');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.claim(text,bigint,text,text)'::regprocedure),
+    ARRAY['consumer', 'event_id', 'biz_type', 'biz_key'],
+    'claim parameter names');
+SELECT is(
+    (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.claim(text,bigint,text,text)'::regprocedure),
+    ARRAY['search_path=pg_catalog, pg_temp'], 'claim pins search_path');
+SELECT is(
+    (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure),
+    ARRAY['search_path=pg_catalog, pg_temp'], 'enqueue pins search_path');
+
+SELECT function_privs_are('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue');
+SELECT function_privs_are('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'public', '{}'::text[], 'PUBLIC cannot claim');
+SELECT table_privs_are('outbox', 'event_log', 'public', '{}'::text[], 'PUBLIC has no rights on event_log');
+SELECT table_privs_are('outbox', 'events', 'public', '{}'::text[], 'PUBLIC has no rights on events');
+SELECT table_privs_are('outbox', 'consumer_dedup', 'public', '{}'::text[], 'PUBLIC has no rights on consumer_dedup');
+
+SELECT throws_ok($$SELECT outbox.enqueue(NULL, 'k', '{}')$$, '22004', 'biz_type must not be null', 'null biz_type: 22004');
+SELECT throws_ok($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'no spaces')$$, '22023', NULL, 'bad topic: 22023');
+SELECT throws_ok($$SELECT outbox.claim('c', NULL)$$, '22004', 'event_id must not be null', 'null event_id: 22004');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,108 @@
+-- outbox.enqueue(): insert, idempotency, routing defaults, input errors.
+
+-- A first event: the row has the arguments and the defaults.
+SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}') AS first_id \gset
+SELECT id = :first_id AS same_id, biz_type, biz_key, topic, msg_key, payload,
+       headers, status, attempts, last_error, next_attempt_at = created_at AS due_now
+  FROM outbox.events;
+-- The row carries the top-level transaction id, also from a savepoint.
+BEGIN;
+SAVEPOINT sp;
+SELECT outbox.enqueue('OrderCreated', 'order-tx', '{}') AS tx_id \gset
+SELECT tx = pg_current_xact_id() AS tx_is_top_level
+  FROM outbox.event_log WHERE id = :tx_id;
+COMMIT;
+
+-- Named arguments, explicit topic, headers and msg_key.
+SELECT outbox.enqueue(biz_type => 'PaymentSucceeded', biz_key => 'pay-7',
+                      payload => '{"amount": 100}', topic => 'payments',
+                      headers => '{"traceparent": "00-abc-def-01"}',
+                      msg_key => 'order-1') > :first_id AS later_id;
+SELECT biz_type, topic, msg_key, headers FROM outbox.events WHERE biz_key = 'pay-7';
+
+-- Retry with the same content: same id, no new row.
+SELECT outbox.enqueue('OrderCreated', 'order-1', '{"total": 9.5, "order_id": 1}') = :first_id AS retry_same_id;
+SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}',
+                      topic => 'outbox.event.OrderCreated', msg_key => 'order-1') = :first_id AS explicit_defaults_same_id;
+SELECT count(*) FROM outbox.event_log WHERE biz_type = 'OrderCreated';
+
+-- Same key, different content: 23505, and nothing changes.
+SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 10}')$$);
+SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}', topic => 'other')$$);
+SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}', headers => '{"a": "b"}')$$);
+SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}', msg_key => 'k')$$);
+SELECT count(*), min(payload::text) FROM outbox.event_log WHERE biz_type = 'OrderCreated';
+
+-- Rolled back: the event never existed.
+BEGIN;
+SELECT outbox.enqueue('OrderCreated', 'order-rolled-back', '{}') IS NOT NULL AS enqueued;
+ROLLBACK;
+SELECT count(*) FROM outbox.events WHERE biz_key = 'order-rolled-back';
+
+-- A failed statement in a savepoint leaves no event either.
+BEGIN;
+SAVEPOINT s;
+SELECT outbox.enqueue('OrderCreated', 'order-savepoint', '{}') IS NOT NULL AS enqueued;
+ROLLBACK TO s;
+COMMIT;
+SELECT count(*) FROM outbox.events WHERE biz_key = 'order-savepoint';
+
+-- Default topic routing follows outbox.default_topic.
+SHOW outbox.default_topic;
+SET outbox.default_topic = 'shop.{biz_type}.v1.{biz_type}';
+SELECT outbox.enqueue('StockReserved', 'sku-1', '1') AS id \gset
+SELECT topic FROM outbox.events WHERE id = :id;
+SET outbox.default_topic = 'all-events';
+SELECT outbox.enqueue('StockReserved', 'sku-2', '"x"') AS id \gset
+SELECT topic FROM outbox.events WHERE id = :id;
+SELECT err($$SET outbox.default_topic = 'bad topic {biz_type}'$$);
+RESET outbox.default_topic;
+-- A biz_type that makes an illegal topic asks for an explicit one.
+SELECT err($$SELECT outbox.enqueue('Order Created', 'k', '{}')$$);
+SELECT outbox.enqueue('Order Created', 'k', '{}', topic => 'orders') IS NOT NULL AS explicit_topic_ok;
+
+-- NULL and empty required arguments.
+SELECT err($$SELECT outbox.enqueue(NULL, 'k', '{}')$$);
+SELECT err($$SELECT outbox.enqueue('T', NULL, '{}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', NULL)$$);
+SELECT err($$SELECT outbox.enqueue('', 'k', '{}')$$);
+SELECT err($$SELECT outbox.enqueue('T', '', '{}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', msg_key => '')$$);
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', repeat('k', 1025), '{}'));
+SELECT outbox.enqueue('T', repeat('k', 1024), '{}') IS NOT NULL AS longest_key_ok;
+
+-- Topic names Kafka refuses.
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => '')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => '.')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => '..')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'a/b')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'caf' || chr(233))$$);
+SELECT regexp_replace(err(format('SELECT outbox.enqueue(%L, %L, %L, topic => %L)', 'T', 'k', '{}', repeat('t', 250))), 't{250}', 't...t');
+SELECT outbox.enqueue('T', 'k249', '{}', topic => repeat('t', 249)) IS NOT NULL AS longest_topic_ok;
+SELECT outbox.enqueue('T', 'k-dots', '{}', topic => '...') IS NOT NULL AS three_dots_ok;
+
+-- Payload size limit, measured on the JSON text.
+SET outbox.max_payload_size = '64B';
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'big', json_build_object('s', repeat('x', 60))));
+SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS fits;
+RESET outbox.max_payload_size;
+SHOW outbox.max_payload_size;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'huge', json_build_object('s', repeat('x', 1048576))));
+
+-- Headers: a flat object of strings, no reserved names.
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '["a"]')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '"text"')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => 'null')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"n": 1}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"n": null}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"n": {"deep": "x"}}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"": "x"}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"event_id": "1"}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"Biz_Type": "x"}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"ok": "1", "biz_key": "x"}')$$);
+SELECT outbox.enqueue('T', 'h', '{}', headers => '{}') IS NOT NULL AS empty_headers_ok;
+SELECT outbox.enqueue('T', 'h2', '{}', headers => '{"event_ids": "x", "trace": ""}') IS NOT NULL AS near_names_ok;
+
+-- None of the rejected calls left a row.
+SELECT biz_type, left(biz_key, 8) AS biz_key, length(biz_key) FROM outbox.event_log
+ WHERE biz_type = 'T' ORDER BY biz_key COLLATE "C";

@@ -1,0 +1,95 @@
+/*
+ * claim.c
+ *		outbox.claim(): record, in the consumer's own transaction, that the
+ *		consumer applies an event.
+ *
+ * The first claim of (consumer, event_id), or of (consumer, biz_type,
+ * biz_key), returns true; a later one returns false and the consumer skips
+ * the duplicate.  The claim commits or rolls back with the consumer's
+ * business effect, so a failed attempt leaves nothing behind and the
+ * redelivered event is applied then.  A claim held by a concurrent
+ * uncommitted transaction makes the caller wait for its outcome.
+ *
+ * src/claim.c
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "outbox.h"
+
+static const Oid claim_argtypes[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
+
+/* No conflict target: a clash on either unique key means "seen before". */
+static const char *const claim_sql =
+	"INSERT INTO outbox.consumer_dedup (consumer, event_id, biz_type, biz_key)"
+	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+static SPIPlanPtr claim_plan = NULL;
+
+static void check_claim_args(FunctionCallInfo fcinfo);
+
+PG_FUNCTION_INFO_V1(outbox_claim);
+
+/*
+ * outbox_claim: SQL entry point, see the file header.
+ */
+Datum
+outbox_claim(PG_FUNCTION_ARGS)
+{
+	Datum values[4];
+	char nulls[4];
+	SPIPlanPtr plan;
+	int rc;
+	bool first;
+
+	check_claim_args(fcinfo);
+	for (int i = 0; i < 4; i++)
+	{
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+	}
+
+	SPI_connect();
+	plan = outbox_keep_plan(&claim_plan, claim_sql, 4, claim_argtypes);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));
+	first = (SPI_processed == 1);
+	SPI_finish();
+
+	PG_RETURN_BOOL(first);
+}
+
+/*
+ * check_claim_args: consumer and event_id are required; biz_type and
+ * biz_key come together or not at all.
+ */
+static void
+check_claim_args(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("consumer must not be null")));
+	outbox_check_key("consumer", text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event_id must not be null"),
+				 errhint("Pass the event_id header of the Kafka message.")));
+	if (PG_ARGISNULL(2) != PG_ARGISNULL(3))
+		ereport(
+			ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("biz_type and biz_key must be given together"),
+			 errdetail(
+				 "Either both identify the business fact, or neither is passed.")));
+	if (!PG_ARGISNULL(2))
+	{
+		outbox_check_key("biz_type", text_to_cstring(PG_GETARG_TEXT_PP(2)));
+		outbox_check_key("biz_key", text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	}
+}

@@ -1,0 +1,241 @@
+/*
+ * enqueue.c
+ *		outbox.enqueue(): add an event to the outbox in the caller's
+ *		transaction.
+ *
+ * The row becomes visible to the relay when the caller commits and never
+ * exists if it rolls back.  (biz_type, biz_key) is unique: calling again
+ * with the same content returns the first id, so an application may retry
+ * freely; calling with different content is a conflict (SQLSTATE 23505).
+ *
+ * src/enqueue.c
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "outbox.h"
+
+/* An enqueue call's arguments, checked and with defaults applied. */
+typedef struct EnqueueArgs
+{
+	Datum values[6]; /* biz_type, biz_key, topic, msg_key,
+								 * payload, headers */
+	char nulls[6];   /* SPI null flags: ' ' or 'n' */
+} EnqueueArgs;
+
+static const Oid enqueue_argtypes[6] = {TEXTOID, TEXTOID,  TEXTOID,
+										TEXTOID, JSONBOID, JSONBOID};
+
+/*
+ * Insert unless the key exists.  On a concurrent uncommitted insert of the
+ * same key this waits for that transaction, as a unique index does.
+ */
+static const char *const insert_sql =
+	"INSERT INTO outbox.event_log"
+	" (biz_type, biz_key, topic, msg_key, payload, headers)"
+	" VALUES ($1, $2, $3, $4, $5, $6)"
+	" ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id";
+
+/* The existing event for the key, and whether its content is the same. */
+static const char *const existing_sql =
+	"SELECT id, topic = $3 AND msg_key = $4 AND payload = $5"
+	"       AND headers IS NOT DISTINCT FROM $6"
+	"  FROM outbox.event_log WHERE biz_type = $1 AND biz_key = $2";
+
+static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr existing_plan = NULL;
+
+static void read_args(FunctionCallInfo fcinfo, EnqueueArgs *args);
+static text *required_key(FunctionCallInfo fcinfo, int argno, const char *name);
+static Datum resolve_topic(FunctionCallInfo fcinfo, text *biz_type);
+static bool insert_event(EnqueueArgs *args, int64 *id);
+static bool existing_event(EnqueueArgs *args, int64 *id);
+static bool first_int8(int64 *id);
+
+PG_FUNCTION_INFO_V1(outbox_enqueue);
+
+/*
+ * outbox_enqueue: SQL entry point, see the file header.
+ */
+Datum
+outbox_enqueue(PG_FUNCTION_ARGS)
+{
+	EnqueueArgs args;
+	int64 id = 0;
+
+	read_args(fcinfo, &args);
+
+	SPI_connect();
+	/*
+	 * A key that disappears between the failed insert and the look-up
+	 * (removed by retention) is inserted again on the second round.
+	 */
+	for (int round = 0; round < 2; round++)
+	{
+		if (insert_event(&args, &id) || existing_event(&args, &id))
+		{
+			SPI_finish();
+			PG_RETURN_INT64(id);
+		}
+	}
+	ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					errmsg("could not enqueue event (%s, %s): its key was "
+						   "removed concurrently",
+						   TextDatumGetCString(args.values[0]),
+						   TextDatumGetCString(args.values[1])),
+					errhint("Retry the transaction.")));
+	PG_RETURN_NULL(); /* not reached */
+}
+
+/*
+ * read_args: check every argument and fill in the defaults for topic
+ * (outbox.default_topic) and msg_key (biz_key).
+ */
+static void
+read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
+{
+	text *biz_type = required_key(fcinfo, 0, "biz_type");
+	text *biz_key = required_key(fcinfo, 1, "biz_key");
+
+	if (PG_ARGISNULL(2))
+		ereport(
+			ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("payload must not be null"),
+			 errhint(
+				 "Use the JSON value 'null'::jsonb for an event without content.")));
+	outbox_check_payload(PG_GETARG_JSONB_P(2));
+
+	memset(args->nulls, ' ', sizeof(args->nulls));
+	args->values[0] = PointerGetDatum(biz_type);
+	args->values[1] = PointerGetDatum(biz_key);
+	args->values[2] = resolve_topic(fcinfo, biz_type);
+	args->values[4] = PointerGetDatum(PG_GETARG_JSONB_P(2));
+
+	if (PG_ARGISNULL(4))
+		args->nulls[5] = 'n';
+	else
+	{
+		outbox_check_headers(PG_GETARG_JSONB_P(4));
+		args->values[5] = PointerGetDatum(PG_GETARG_JSONB_P(4));
+	}
+
+	if (PG_ARGISNULL(5))
+		args->values[3] = PointerGetDatum(biz_key);
+	else
+	{
+		outbox_check_key("msg_key", text_to_cstring(PG_GETARG_TEXT_PP(5)));
+		args->values[3] = PointerGetDatum(PG_GETARG_TEXT_PP(5));
+	}
+}
+
+/*
+ * required_key: argument argno, which must be a non-null, non-empty key.
+ */
+static text *
+required_key(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("%s must not be null", name)));
+	outbox_check_key(name, text_to_cstring(PG_GETARG_TEXT_PP(argno)));
+	return PG_GETARG_TEXT_PP(argno);
+}
+
+/*
+ * resolve_topic: the topic argument, or the one outbox.default_topic
+ * gives for biz_type; either way a legal Kafka topic name.
+ */
+static Datum
+resolve_topic(FunctionCallInfo fcinfo, text *biz_type)
+{
+	bool given = !PG_ARGISNULL(3);
+	char *topic;
+	const char *problem;
+
+	if (given)
+		topic = text_to_cstring(PG_GETARG_TEXT_PP(3));
+	else
+		topic = outbox_topic_from_pattern(outbox_default_topic,
+										  text_to_cstring(biz_type));
+	problem = outbox_topic_problem(topic);
+	if (problem != NULL)
+		ereport(
+			ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid Kafka topic name \"%s\"", topic),
+			 errdetail("A Kafka topic name %s.", problem),
+			 given
+				 ? 0
+				 : errhint(
+					   "The topic came from outbox.default_topic; pass topic explicitly.")));
+	return CStringGetTextDatum(topic);
+}
+
+/*
+ * insert_event: insert the event; false if its key already exists.
+ */
+static bool
+insert_event(EnqueueArgs *args, int64 *id)
+{
+	SPIPlanPtr plan =
+		outbox_keep_plan(&insert_plan, insert_sql, 6, enqueue_argtypes);
+	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
+
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "outbox insert failed: %s", SPI_result_code_string(rc));
+	return first_int8(id);
+}
+
+/*
+ * existing_event: the id of the event already stored under the key, if
+ * its content is the same; a unique violation if it differs; false if
+ * the key is gone.
+ */
+static bool
+existing_event(EnqueueArgs *args, int64 *id)
+{
+	SPIPlanPtr plan =
+		outbox_keep_plan(&existing_plan, existing_sql, 6, enqueue_argtypes);
+	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
+	bool isnull;
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "outbox look-up failed: %s", SPI_result_code_string(rc));
+	if (!first_int8(id))
+		return false;
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+								   SPI_tuptable->tupdesc, 2, &isnull)))
+		return true;
+
+	ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),
+					errmsg("outbox event (biz_type, biz_key)=(%s, %s) already "
+						   "exists with different content",
+						   TextDatumGetCString(args->values[0]),
+						   TextDatumGetCString(args->values[1])),
+					errdetail("Event %lld has the same key but another topic, "
+							  "payload, headers or msg_key.",
+							  (long long) *id),
+					errhint("Use a new biz_key for a new business fact.")));
+	return false; /* not reached */
+}
+
+/*
+ * first_int8: the first column of the first row SPI returned, if any.
+ */
+static bool
+first_int8(int64 *id)
+{
+	bool isnull;
+
+	if (SPI_processed == 0)
+		return false;
+	*id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull));
+	return true;
+}

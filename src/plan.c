@@ -1,0 +1,37 @@
+/*
+ * plan.c
+ *		Prepared SPI statements kept for the life of the backend.
+ *
+ * enqueue and claim run once per event; planning their statement once per
+ * backend instead of once per call keeps them close to a plain INSERT.
+ *
+ * src/plan.c
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+
+#include "outbox.h"
+
+/*
+ * outbox_keep_plan: the plan in *cache, prepared and kept on first use.
+ * Call between SPI_connect and SPI_finish.
+ */
+SPIPlanPtr
+outbox_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs,
+				 const Oid *argtypes)
+{
+	SPIPlanPtr plan;
+
+	if (*cache != NULL)
+		return *cache;
+
+	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "could not keep the plan of \"%s\"", sql);
+	*cache = plan;
+	return plan;
+}
