@@ -6,7 +6,9 @@ EXTENSION  = outbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 
 MODULE_big = outbox
-OBJS       = src/outbox.o src/validate.o src/plan.o src/enqueue.o src/claim.o
+OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan.o \
+             src/enqueue.o src/claim.o src/launcher.o src/worker.o src/batch.o \
+             src/relay.o src/retry.o src/kafka.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \

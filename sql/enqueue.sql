@@ -100,6 +100,9 @@ SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"": "x"}')$$);
 SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"event_id": "1"}')$$);
 SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"Biz_Type": "x"}')$$);
 SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '{"ok": "1", "biz_key": "x"}')$$);
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'h', '{}',
+                  (SELECT jsonb_object_agg('h' || i, 'v') FROM generate_series(1, 62) i)));
+SELECT outbox.enqueue('T', 'h61', '{}', headers => (SELECT jsonb_object_agg('h' || i, 'v') FROM generate_series(1, 61) i)) IS NOT NULL AS most_headers_ok;
 SELECT outbox.enqueue('T', 'h', '{}', headers => '{}') IS NOT NULL AS empty_headers_ok;
 SELECT outbox.enqueue('T', 'h2', '{}', headers => '{"event_ids": "x", "trace": ""}') IS NOT NULL AS near_names_ok;
 

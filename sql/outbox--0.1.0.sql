@@ -1,12 +1,14 @@
 -- outbox 0.1.0: the outbox tables, enqueue and claim.
 --
 -- Physical layout, chosen for the relay's throughput:
---   event_log    append-only: one INSERT per event, never updated.  The
---                relay reads it by transaction snapshot (column tx), the
---                way PgQ does, so the happy path needs no per-event UPDATE.
---   event_state  sparse: a row only for an event whose delivery failed,
---                is waiting for a retry, or is dead.
---   events       the view users read: one row per event with its status.
+--   event_log     append-only: one INSERT per event, never updated.  The
+--                 relay reads it by transaction snapshot (column tx), the
+--                 way PgQ does, so the happy path needs no per-event UPDATE.
+--   relay_cursor  one row: how far the relay has got, as snapshots.
+--   event_state   sparse: a row only for an event whose delivery failed,
+--                 is waiting for a retry, or is dead.
+--   events        the view users read: one row per event with its status,
+--                 derived from the three above.
 
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
 
@@ -48,8 +50,30 @@ CREATE TABLE outbox.event_state (
     CONSTRAINT event_state_attempts CHECK (attempts >= 0)
 );
 
+-- Events waiting for a retry, in id order; also the keys they hold back.
+CREATE INDEX event_state_pending ON outbox.event_state (id) WHERE status = 'new';
+
 COMMENT ON TABLE outbox.event_state IS
     'Delivery state of events that needed more than one try; absent means no failure so far.';
+
+-- The relay works in windows: every event whose transaction is visible in
+-- done_snapshot has been relayed; the open window covers the events visible
+-- in window_snapshot but not in done_snapshot, and of those it has relayed
+-- the ones with id <= window_last_id (it sends a window in id order).
+CREATE TABLE outbox.relay_cursor (
+    singleton       boolean     NOT NULL DEFAULT true,
+    done_snapshot   pg_snapshot NOT NULL,
+    window_snapshot pg_snapshot,
+    window_last_id  bigint      NOT NULL DEFAULT 0,
+    window_max_id   bigint      NOT NULL DEFAULT 0,
+    updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT relay_cursor_pkey PRIMARY KEY (singleton),
+    CONSTRAINT relay_cursor_singleton CHECK (singleton)
+);
+INSERT INTO outbox.relay_cursor (done_snapshot) VALUES (pg_catalog.pg_current_snapshot());
+
+COMMENT ON TABLE outbox.relay_cursor IS
+    'Relay progress as transaction snapshots; written by the relay worker only.';
 
 CREATE VIEW outbox.events AS
 SELECT l.id,
@@ -59,13 +83,21 @@ SELECT l.id,
        l.msg_key,
        l.payload,
        l.headers,
-       COALESCE(s.status, 'new')              AS status,
+       COALESCE(s.status,
+                CASE
+                    WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
+                    WHEN c.window_snapshot IS NULL
+                         OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
+                    WHEN l.id <= c.window_last_id THEN 'sent'
+                    ELSE 'sending'
+                END)                           AS status,
        COALESCE(s.attempts, 0)                AS attempts,
        COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
        l.created_at,
        COALESCE(s.updated_at, l.created_at)   AS updated_at,
        s.last_error
   FROM outbox.event_log l
+ CROSS JOIN outbox.relay_cursor c
   LEFT JOIN outbox.event_state s ON s.id = l.id;
 
 COMMENT ON VIEW outbox.events IS

@@ -2,9 +2,9 @@
  * outbox.c
  *		Module entry point: _PG_init and the extension's settings.
  *
- * The library is loaded on first use of an outbox function in a backend.
- * Settings are defined here so they are known, checked and documented in
- * one place.
+ * Loaded through shared_preload_libraries, the module also sets up shared
+ * memory and the launcher that runs the relay.  Loaded on first use only,
+ * it offers enqueue and claim, and events wait until a relay runs.
  *
  * src/outbox.c
  */
@@ -14,6 +14,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "kafka.h"
 #include "outbox.h"
 
 PG_MODULE_MAGIC;
@@ -22,21 +23,41 @@ PG_MODULE_MAGIC;
 
 #define DEFAULT_TOPIC_PATTERN "outbox.event." OUTBOX_TOPIC_PLACEHOLDER
 #define DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024) /* Kafka's message.max.bytes */
-#define MIN_MAX_PAYLOAD_SIZE 1
 #define MAX_MAX_PAYLOAD_SIZE (256 * 1024 * 1024)
+#define DEFAULT_MAX_ATTEMPTS 10
+#define DEFAULT_BACKOFF_MIN_MS 1000
+#define DEFAULT_BACKOFF_MAX_MS 60000
+#define MAX_BACKOFF_MS (24 * 3600 * 1000)
+#define DEFAULT_BATCH_SIZE 5000
+#define MAX_BATCH_SIZE 100000
+#define DEFAULT_POLL_INTERVAL_MS 1000
+#define MAX_POLL_INTERVAL_MS 600000
 
 /* Variables */
 
 char *outbox_default_topic = NULL;
 int outbox_max_payload_size = DEFAULT_MAX_PAYLOAD_SIZE;
+char *outbox_database = NULL;
+char *outbox_kafka_brokers = NULL;
+char *outbox_kafka_properties = NULL;
+int outbox_max_attempts = DEFAULT_MAX_ATTEMPTS;
+int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
+int outbox_backoff_max = DEFAULT_BACKOFF_MAX_MS;
+int outbox_batch_size = DEFAULT_BATCH_SIZE;
+int outbox_poll_interval = DEFAULT_POLL_INTERVAL_MS;
 
 /* Prototypes */
 
 void _PG_init(void);
+static void define_enqueue_settings(void);
+static void define_relay_settings(void);
 static bool check_default_topic(char **newval, void **extra, GucSource source);
+static bool check_kafka_properties(char **newval, void **extra,
+								   GucSource source);
 
 /*
- * _PG_init: define the settings.
+ * _PG_init: define the settings; when preloaded, also shared memory, the
+ * launcher and the DROP DATABASE hook.
  */
 void
 _PG_init(void)
@@ -45,6 +66,23 @@ _PG_init(void)
 	if (IsBinaryUpgrade)
 		return;
 
+	define_enqueue_settings();
+	define_relay_settings();
+	MarkGUCPrefixReserved("outbox");
+	outbox_wake_init();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	outbox_shmem_init();
+	outbox_launcher_register();
+}
+
+/*
+ * define_enqueue_settings: settings read by outbox.enqueue().
+ */
+static void
+define_enqueue_settings(void)
+{
 	DefineCustomStringVariable(
 		"outbox.default_topic",
 		gettext_noop("Kafka topic of events enqueued without one."),
@@ -54,12 +92,70 @@ _PG_init(void)
 
 	DefineCustomIntVariable(
 		"outbox.max_payload_size",
-		gettext_noop("Largest payload outbox.enqueue() accepts, as JSON text."),
+		gettext_noop(
+			"Largest payload outbox.enqueue() accepts, as compact JSON text."),
 		gettext_noop("Keep it at or below the broker's message.max.bytes."),
-		&outbox_max_payload_size, DEFAULT_MAX_PAYLOAD_SIZE, MIN_MAX_PAYLOAD_SIZE,
+		&outbox_max_payload_size, DEFAULT_MAX_PAYLOAD_SIZE, 1,
 		MAX_MAX_PAYLOAD_SIZE, PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+}
 
-	MarkGUCPrefixReserved("outbox");
+/*
+ * define_relay_settings: settings read by the launcher and the relay; all
+ * take effect on reload.
+ */
+static void
+define_relay_settings(void)
+{
+	DefineCustomStringVariable(
+		"outbox.database",
+		gettext_noop("Database whose outbox the relay sends."), NULL,
+		&outbox_database, "postgres", PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomStringVariable(
+		"outbox.kafka_brokers",
+		gettext_noop("Kafka bootstrap servers, host:port[,host:port...]."),
+		gettext_noop("Empty: the relay stays idle."), &outbox_kafka_brokers,
+		"", PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomStringVariable(
+		"outbox.kafka_properties",
+		gettext_noop("librdkafka producer properties, as key=value;key=value."),
+		gettext_noop("For TLS, SASL and tuning; readable by superusers only."),
+		&outbox_kafka_properties, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+		check_kafka_properties, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.max_attempts",
+		gettext_noop("Failed deliveries after which an event becomes dead."),
+		gettext_noop(
+			"Only failures the broker reports for the event count toward death; timeouts never do."),
+		&outbox_max_attempts, DEFAULT_MAX_ATTEMPTS, 1, 1000, PGC_SIGHUP, 0,
+		NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.backoff_min",
+		gettext_noop("Shortest wait before retrying a failed event."), NULL,
+		&outbox_backoff_min, DEFAULT_BACKOFF_MIN_MS, 1, MAX_BACKOFF_MS,
+		PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.backoff_max",
+		gettext_noop("Longest wait before retrying a failed event."), NULL,
+		&outbox_backoff_max, DEFAULT_BACKOFF_MAX_MS, 1, MAX_BACKOFF_MS,
+		PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.batch_size",
+		gettext_noop("Most events the relay reads and sends in one batch."),
+		NULL, &outbox_batch_size, DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE,
+		PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.poll_interval",
+		gettext_noop("Longest the relay sleeps without a commit waking it."),
+		gettext_noop("Commits wake the relay at once; the poll serves retries."),
+		&outbox_poll_interval, DEFAULT_POLL_INTERVAL_MS, 10,
+		MAX_POLL_INTERVAL_MS, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 }
 
 /*
@@ -83,4 +179,21 @@ check_default_topic(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * check_kafka_properties: refuse properties librdkafka would refuse, so a
+ * typo fails at ALTER SYSTEM or reload instead of silently idling the
+ * relay.  The message names the property, never its value.
+ */
+static bool
+check_kafka_properties(char **newval, void **extra, GucSource source)
+{
+	char problem[256];
+
+	if (*newval == NULL ||
+		outbox_kafka_check_properties(*newval, problem, sizeof(problem)))
+		return true;
+	GUC_check_errdetail("%s", problem);
+	return false;
 }

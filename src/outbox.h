@@ -10,6 +10,9 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "port/atomics.h"
+#include "storage/spin.h"
 #include "utils/jsonb.h"
 
 /* Constants */
@@ -20,13 +23,62 @@
 /* Longest biz_type, biz_key or msg_key accepted, in bytes. */
 #define OUTBOX_KEY_MAX_LEN 1024
 
+/* Headers an event may carry besides event_id, biz_type and biz_key. */
+#define OUTBOX_MAX_USER_HEADERS 61
+
 /* Placeholder in outbox.default_topic replaced by the event's biz_type. */
 #define OUTBOX_TOPIC_PLACEHOLDER "{biz_type}"
+
+/* What the relay is doing, as outbox.relay_status() will show it. */
+typedef enum OutboxRelayState
+{
+	RELAY_STATE_STARTING = 0,
+	RELAY_STATE_IDLE,
+	RELAY_STATE_SENDING,
+	RELAY_STATE_UNREACHABLE,
+	RELAY_STATE_UNCONFIGURED
+} OutboxRelayState;
+
+/* Shared memory: one struct for the cluster. */
+typedef struct OutboxShared
+{
+	slock_t mutex; /* protects the pid and database fields */
+	pid_t relay_pid;
+	Oid relay_database;
+	Oid hold_database;           /* DROP DATABASE under way: no relay here */
+	pg_atomic_uint64 relay_proc; /* PGPROC of the relay, 0 if none */
+	volatile OutboxRelayState relay_state;
+	pg_atomic_uint64 sent_total;
+	pg_atomic_uint64 failed_total;
+	pg_atomic_uint64 retried_total;
+} OutboxShared;
 
 /* Settings (outbox.c) */
 
 extern char *outbox_default_topic;
 extern int outbox_max_payload_size;
+extern char *outbox_database;
+extern char *outbox_kafka_brokers;
+extern char *outbox_kafka_properties;
+extern int outbox_max_attempts;
+extern int outbox_backoff_min;
+extern int outbox_backoff_max;
+extern int outbox_batch_size;
+extern int outbox_poll_interval;
+
+/* Shared memory and wake-up at commit (shmem.c) */
+
+extern OutboxShared *outbox_shared;
+extern void outbox_shmem_init(void);
+extern void outbox_wake_init(void);
+extern void outbox_note_enqueue(void);
+extern void outbox_wake_relay(void);
+extern void outbox_relay_attach(void);
+
+/* Launcher (launcher.c) */
+
+extern void outbox_launcher_register(void);
+extern bool outbox_relay_held(void);
 
 /* Input checks (validate.c) */
 
@@ -36,6 +88,10 @@ extern char *outbox_topic_from_pattern(const char *pattern,
 extern void outbox_check_key(const char *name, const char *value);
 extern void outbox_check_payload(Jsonb *payload);
 extern void outbox_check_headers(Jsonb *headers);
+
+/* Compact JSON text (json_compact.c) */
+
+extern void outbox_json_compact(StringInfo out, Jsonb *jb);
 
 /* Prepared statements kept for the life of the backend (plan.c) */
 

@@ -90,16 +90,19 @@ outbox_check_key(const char *name, const char *value)
 }
 
 /*
- * outbox_check_payload: reject a payload whose JSON text, the form in
- * which it is sent, exceeds outbox.max_payload_size.
+ * outbox_check_payload: reject a payload whose compact JSON text, the form
+ * in which it is sent, exceeds outbox.max_payload_size.
  */
 void
 outbox_check_payload(Jsonb *payload)
 {
-	char *text = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
-	size_t len = strlen(text);
+	StringInfoData text;
+	size_t len;
 
-	pfree(text);
+	initStringInfo(&text);
+	outbox_json_compact(&text, payload);
+	len = text.len;
+	pfree(text.data);
 	if (len > (size_t) outbox_max_payload_size)
 		ereport(
 			ERROR,
@@ -128,6 +131,13 @@ outbox_check_headers(Jsonb *headers)
 			 errmsg("headers must be a JSON object"),
 			 errdetail(
 				 "Kafka headers are name/value pairs, as in {\"traceparent\": \"00-...\"}.")));
+
+	if (JsonContainerSize(&headers->root) > OUTBOX_MAX_USER_HEADERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("too many headers"),
+				 errdetail("An event may carry at most %d headers of its own.",
+						   OUTBOX_MAX_USER_HEADERS)));
 
 	it = JsonbIteratorInit(&headers->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)

@@ -1,0 +1,186 @@
+/*
+ * retry.c
+ *		Events that failed: their retries, backoff and death.
+ *
+ * A failed event gets a row in outbox.event_state and is tried again after
+ * an exponential, jittered backoff.  After outbox.max_attempts failures of
+ * its own (the broker refused it) it becomes dead; failures for the
+ * broker's sake (timeouts, broker unreachable) are counted and shown but
+ * never make an event dead, so an outage, however long, loses nothing.
+ * Only the oldest waiting event of a key is tried; the later ones wait
+ * behind it, which keeps per-key order across retries.
+ *
+ * src/retry.c
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "outbox.h"
+#include "relay.h"
+
+#define RETRY_COL_DUE 9
+
+static const char *const waiting_sql =
+	"SELECT s.id, l.topic, l.msg_key, l.payload, l.headers, l.biz_type,"
+	"       l.biz_key, s.attempts, s.next_attempt_at <= now()"
+	"  FROM outbox.event_state s JOIN outbox.event_log l ON l.id = s.id"
+	" WHERE s.status = 'new'"
+	" ORDER BY s.id LIMIT $1";
+
+static const char *const set_state_sql =
+	"INSERT INTO outbox.event_state AS s"
+	"  (id, status, attempts, next_attempt_at, last_error, updated_at)"
+	" VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond', $5, now())"
+	" ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,"
+	"  attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
+	"  last_error = COALESCE(EXCLUDED.last_error, s.last_error),"
+	"  updated_at = EXCLUDED.updated_at";
+
+static SPIPlanPtr waiting_plan = NULL;
+static SPIPlanPtr set_state_plan = NULL;
+
+static RelayBatch *read_due(void);
+static void record_retries(RelayBatch *batch);
+
+/*
+ * relay_retries: send the events whose retry is due, oldest of each key
+ * only, and record what became of them.
+ */
+RelayOutcome
+relay_retries(void)
+{
+	RelayBatch *batch;
+	int sent = 0;
+	int transient = 0;
+
+	if (!relay_begin("reading due retries"))
+		return RELAY_IDLE;
+	batch = read_due();
+	relay_commit();
+
+	for (int i = 0; i < batch->count; i++)
+		sent += batch->held[i] ? 0 : 1;
+	if (sent == 0)
+		return RELAY_IDLE;
+
+	relay_batch_send(batch, relay_key_set());
+
+	if (!relay_begin("recording retries"))
+		return RELAY_IDLE;
+	record_retries(batch);
+	relay_commit();
+
+	relay_count(batch, batch->count);
+	for (int i = 0; i < batch->count; i++)
+		transient += (!batch->held[i] && batch->msgs[i].transient) ? 1 : 0;
+	return transient == sent ? RELAY_UNREACHABLE : RELAY_SENT;
+}
+
+/*
+ * relay_record_failure: note a failed try of msg, which had failed
+ * attempts times before: back off, or declare it dead.
+ */
+void
+relay_record_failure(const OutboxMessage *msg, int attempts)
+{
+	int failures = attempts + 1;
+	bool dead = !msg->transient && failures >= outbox_max_attempts;
+	char error[256];
+
+	snprintf(error, sizeof(error), "%s",
+			 msg->error_text ? msg->error_text : "delivery failed");
+	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
+					dead ? 0 : relay_backoff_ms(failures), error);
+	if (dead)
+		ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
+							 " is dead after %d failed attempts: %s",
+							 msg->event_id, failures, error)));
+}
+
+/*
+ * relay_set_state: write an event's delivery state.  Call inside
+ * relay_begin.
+ */
+void
+relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
+				const char *error)
+{
+	Oid types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID};
+	Datum values[5];
+	char nulls[5] = {' ', ' ', ' ', ' ', error ? ' ' : 'n'};
+	SPIPlanPtr plan = outbox_keep_plan(&set_state_plan, set_state_sql, 5, types);
+	int rc;
+
+	values[0] = Int64GetDatum(id);
+	values[1] = CStringGetTextDatum(status);
+	values[2] = Int32GetDatum(attempts);
+	values[3] = Int32GetDatum(delay_ms);
+	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR,
+			 "outbox relay: could not record the state of event " INT64_FORMAT
+			 ": %s",
+			 id, SPI_result_code_string(rc));
+}
+
+/*
+ * read_due: the waiting events, with every one that is not due, or that
+ * waits behind an older event of its key, marked held.
+ */
+static RelayBatch *
+read_due(void)
+{
+	SPIPlanPtr plan;
+	Oid type = INT8OID;
+	Datum limit = Int64GetDatum(outbox_batch_size);
+	MemoryContext old;
+	RelayBatch *batch;
+	HTAB *seen;
+	int rc;
+
+	plan = outbox_keep_plan(&waiting_plan, waiting_sql, 1, &type);
+	rc = SPI_execute_plan(plan, &limit, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "outbox relay: retry query failed: %s",
+			 SPI_result_code_string(rc));
+
+	old = MemoryContextSwitchTo(relay_batch_context());
+	batch = relay_batch_load(SPI_tuptable, SPI_processed);
+	seen = relay_key_set();
+	for (int i = 0; i < batch->count; i++)
+	{
+		bool isnull;
+		bool due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+											  SPI_tuptable->tupdesc,
+											  RETRY_COL_DUE, &isnull));
+
+		batch->held[i] = !due || relay_key_has(seen, batch->key_hash[i]);
+		relay_key_add(seen, batch->key_hash[i]);
+	}
+	MemoryContextSwitchTo(old);
+	return batch;
+}
+
+/*
+ * record_retries: sent, or failed once more.
+ */
+static void
+record_retries(RelayBatch *batch)
+{
+	for (int i = 0; i < batch->count; i++)
+	{
+		OutboxMessage *msg = &batch->msgs[i];
+
+		if (batch->held[i])
+			continue;
+		if (msg->error == 0)
+			relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
+		else
+			relay_record_failure(msg, batch->attempts[i]);
+	}
+}

@@ -1,0 +1,250 @@
+/*
+ * worker.c
+ *		The relay worker: one process per relayed database, started by the
+ *		launcher, looping over rounds of retries and first sends.
+ *
+ * The loop follows worker_spi: wait on the latch (set at commit by the
+ * backends that enqueued, or by the poll timeout), reset it, serve
+ * interrupts and reloads, then work.  An ERROR ends the process and the
+ * launcher starts it again; since every round reads its place from the
+ * tables, a restart anywhere loses nothing and repeats at most the batch
+ * that was in flight.
+ *
+ * src/worker.c
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "kafka.h"
+#include "outbox.h"
+#include "relay.h"
+
+PGDLLEXPORT void outbox_relay_main(Datum main_arg);
+
+static MemoryContext round_context = NULL;
+static char *used_brokers = NULL; /* settings the producer was made with */
+static char *used_properties = NULL;
+static bool wait_for_reload = false; /* settings unusable as they are */
+
+static bool ensure_producer(void);
+static RelayOutcome relay_round(void);
+static int pause_after(RelayOutcome outcome, int *unreachable_ms);
+static void stop_producer(int code, Datum arg);
+static void set_state(OutboxRelayState state);
+static void log_start(void);
+
+/*
+ * outbox_relay_main: entry point of the relay process for the database
+ * whose OID is main_arg.
+ */
+void
+outbox_relay_main(Datum main_arg)
+{
+	int unreachable_ms = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
+											  InvalidOid, 0);
+	/* The window logic needs a fresh snapshot per statement. */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	round_context = AllocSetContextCreate(
+		TopMemoryContext, "outbox relay round", ALLOCSET_DEFAULT_SIZES);
+	outbox_relay_attach();
+	on_proc_exit(stop_producer, (Datum) 0);
+	log_start();
+
+	for (;;)
+	{
+		RelayOutcome outcome = RELAY_IDLE;
+		int timeout;
+
+		CHECK_FOR_INTERRUPTS();
+		if (outbox_relay_held())
+			proc_exit(0);
+		if (relay_settings_changed())
+			outbox_kafka_stop();
+		if (ensure_producer())
+			outcome = relay_round();
+		outbox_kafka_serve();
+
+		timeout = pause_after(outcome, &unreachable_ms);
+		if (timeout == 0)
+			continue;
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * relay_settings_changed: serve a pending reload; true if it changed the
+ * settings the producer was made with.
+ */
+bool
+relay_settings_changed(void)
+{
+	if (!ConfigReloadPending)
+		return false;
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	wait_for_reload = false;
+	if (!outbox_kafka_running())
+		return false;
+	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
+		   strcmp(used_properties, outbox_kafka_properties) != 0;
+}
+
+/*
+ * relay_batch_context: memory for the current round, reset before each.
+ */
+MemoryContext
+relay_batch_context(void)
+{
+	return round_context;
+}
+
+/*
+ * relay_count: add a batch's first upto outcomes to the shared totals.
+ */
+void
+relay_count(RelayBatch *batch, int upto)
+{
+	for (int i = 0; i < upto; i++)
+	{
+		if (batch->held[i])
+			continue;
+		if (batch->msgs[i].error == 0)
+			pg_atomic_fetch_add_u64(&outbox_shared->sent_total, 1);
+		else
+			pg_atomic_fetch_add_u64(&outbox_shared->failed_total, 1);
+		if (batch->attempts[i] > 0)
+			pg_atomic_fetch_add_u64(&outbox_shared->retried_total, 1);
+	}
+}
+
+/*
+ * ensure_producer: a producer made from the current settings, if they
+ * allow one.
+ */
+static bool
+ensure_producer(void)
+{
+	if (outbox_kafka_running() && !outbox_kafka_fatal())
+		return true;
+	outbox_kafka_stop();
+	if (wait_for_reload)
+		return false;
+	if (outbox_kafka_brokers[0] == '\0')
+		ereport(
+			LOG,
+			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
+			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
+	if (outbox_kafka_brokers[0] == '\0' ||
+		!outbox_kafka_start(outbox_kafka_brokers, outbox_kafka_properties))
+	{
+		/* Said once in the log; tried again after the next reload. */
+		wait_for_reload = true;
+		set_state(RELAY_STATE_UNCONFIGURED);
+		return false;
+	}
+	if (used_brokers)
+		pfree(used_brokers);
+	if (used_properties)
+		pfree(used_properties);
+	used_brokers = MemoryContextStrdup(TopMemoryContext, outbox_kafka_brokers);
+	used_properties =
+		MemoryContextStrdup(TopMemoryContext, outbox_kafka_properties);
+	return true;
+}
+
+/*
+ * relay_round: due retries first, then the next batch of first sends.
+ */
+static RelayOutcome
+relay_round(void)
+{
+	RelayOutcome retries;
+	RelayOutcome firsts;
+
+	MemoryContextReset(round_context);
+	set_state(RELAY_STATE_SENDING);
+	retries = relay_retries();
+	firsts = relay_first_sends();
+	if (retries == RELAY_UNREACHABLE || firsts == RELAY_UNREACHABLE)
+		return RELAY_UNREACHABLE;
+	if (firsts == RELAY_IDLE)
+		return retries;
+	return firsts;
+}
+
+/*
+ * pause_after: how long to wait before the next round: none while a
+ * backlog drains, a growing backoff while the broker is unreachable, else
+ * until the next commit or outbox.poll_interval.
+ */
+static int
+pause_after(RelayOutcome outcome, int *unreachable_ms)
+{
+	switch (outcome)
+	{
+		case RELAY_MORE:
+			*unreachable_ms = 0;
+			return 0;
+		case RELAY_UNREACHABLE:
+			*unreachable_ms = *unreachable_ms == 0
+								  ? outbox_backoff_min
+								  : Min(*unreachable_ms * 2, outbox_backoff_max);
+			set_state(RELAY_STATE_UNREACHABLE);
+			return *unreachable_ms;
+		default:
+			*unreachable_ms = 0;
+			set_state(RELAY_STATE_IDLE);
+			return outbox_poll_interval;
+	}
+}
+
+/*
+ * stop_producer: at exit, let go of librdkafka.
+ */
+static void
+stop_producer(int code, Datum arg)
+{
+	outbox_kafka_stop();
+}
+
+/*
+ * log_start: say which database the relay serves.
+ */
+static void
+log_start(void)
+{
+	StartTransactionCommand();
+	ereport(LOG,
+			(errmsg("outbox relay started for database \"%s\" (librdkafka %s)",
+					get_database_name(MyDatabaseId), outbox_kafka_version())));
+	CommitTransactionCommand();
+}
+
+/*
+ * set_state: publish what the relay is doing.
+ */
+static void
+set_state(OutboxRelayState state)
+{
+	outbox_shared->relay_state = state;
+}

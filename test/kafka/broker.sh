@@ -1,0 +1,86 @@
+# test/kafka/broker.sh: a real Apache Kafka broker (KRaft, one node) on
+# loopback for the tests, the demo and the benchmarks.
+#
+# Source it, then: kafka_start; ...; kafka_stop.  KAFKA_BROKERS is set to
+# its address.  The broker's jars come from Maven Central through
+# test/kafka/pom.xml (fetched once into ~/.m2).  Faults are real:
+# kafka_pause/kafka_resume (SIGSTOP/SIGCONT), kafka_kill and kafka_start
+# again on the same data.
+
+KAFKA_POM=${KAFKA_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pom.xml}
+
+# kafka_classpath: the broker's classpath, resolving it on first use.
+kafka_classpath() {
+    local cpfile="${KAFKA_POM%/*}/.classpath"
+    if [ ! -s "$cpfile" ] || [ "$KAFKA_POM" -nt "$cpfile" ]; then
+        mvn -q -B -f "$KAFKA_POM" dependency:build-classpath \
+            -Dmdep.includeScope=runtime -Dmdep.outputFile="$cpfile" >&2 || return 1
+    fi
+    cat "$cpfile"
+}
+
+# kafka_free_port: a TCP port on loopback nobody listens on.
+kafka_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# kafka_setup DIR: configure and format a broker in DIR.
+kafka_setup() {
+    KAFKA_DIR=$1
+    mkdir -p "$KAFKA_DIR"
+    KAFKA_CP=$(kafka_classpath) || return 1
+    local port ctl
+    port=$(kafka_free_port)
+    ctl=$(kafka_free_port)
+    KAFKA_BROKERS=127.0.0.1:$port
+    cat >"$KAFKA_DIR/server.properties" <<CONF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$ctl
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctl
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$KAFKA_DIR/data
+num.partitions=3
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+CONF
+    java -cp "$KAFKA_CP" kafka.tools.StorageTool format -t "$(java -cp "$KAFKA_CP" kafka.tools.StorageTool random-uuid 2>/dev/null)" \
+        -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1
+}
+
+# kafka_start: start (or restart) the broker and wait until it answers.
+kafka_start() {
+    java -Xms256m -Xmx512m -XX:+UseSerialGC -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+        -cp "$KAFKA_CP" kafka.Kafka "$KAFKA_DIR/server.properties" >>"$KAFKA_DIR/broker.log" 2>&1 &
+    KAFKA_PID=$!
+    for _ in $(seq 1 120); do
+        if kcat -b "$KAFKA_BROKERS" -L -m 1 >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    echo "kafka broker did not start; see $KAFKA_DIR/broker.log" >&2
+    return 1
+}
+
+# kafka_kill: stop the broker at once (SIGKILL).
+kafka_kill() {
+    [ -n "${KAFKA_PID:-}" ] && kill -KILL "$KAFKA_PID" 2>/dev/null && wait "$KAFKA_PID" 2>/dev/null
+    KAFKA_PID=
+}
+
+# kafka_pause / kafka_resume: freeze the broker and let it go on.
+kafka_pause() { kill -STOP "$KAFKA_PID"; }
+kafka_resume() { kill -CONT "$KAFKA_PID"; }
+
+# kafka_stop: stop the broker and remove its files.
+kafka_stop() {
+    kafka_kill
+    [ -n "${KAFKA_DIR:-}" ] && rm -rf "$KAFKA_DIR"
+}
