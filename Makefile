@@ -8,14 +8,14 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan.o \
              src/enqueue.o src/claim.o src/launcher.o src/worker.o src/batch.o \
-             src/relay.o src/retry.o src/kafka.o
+             src/relay.o src/retry.o src/kafka.o src/redact.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
              -DOUTBOX_VERSION='"$(EXTVERSION)"'
 
 # pg_regress: SQL behaviour (sql/, expected/) and the pgTAP contract.
-REGRESS      = setup enqueue claim privileges contract
+REGRESS      = setup enqueue claim privileges settings contract
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
@@ -31,7 +31,7 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo format format-check
+.PHONY: test demo format format-check tools
 
 test:
 	test/run
@@ -41,3 +41,16 @@ format:
 
 format-check:
 	clang-format --dry-run --Werror src/*.c src/*.h
+
+# Test tools: a Kafka consumer and a librdkafka mock-cluster broker.
+TOOLS = test/tools/outbox-consume test/tools/outbox-mock-broker
+
+tools: $(TOOLS)
+
+test/tools/outbox-consume: test/tools/consume.c
+	$(CC) -O2 -Wall -Wextra -o $@ $< -lrdkafka
+
+test/tools/outbox-mock-broker: test/tools/mock_broker.c
+	$(CC) -O2 -Wall -Wextra -o $@ $< -lrdkafka
+
+EXTRA_CLEAN = $(TOOLS)

@@ -270,7 +270,7 @@ apply_properties(rd_kafka_conf_t *conf, const char *properties, char *problem,
 			continue;
 		if (eq == NULL)
 		{
-			snprintf(problem, size, "entry \"%.64s\" is not key=value", key);
+			snprintf(problem, size, "Entry \"%.64s\" is not key=value.", key);
 			ok = false;
 			break;
 		}
@@ -283,7 +283,7 @@ apply_properties(rd_kafka_conf_t *conf, const char *properties, char *problem,
 		{
 			/* librdkafka's reason may quote the value: name the key only. */
 			snprintf(problem, size,
-					 "property \"%.64s\" was refused by librdkafka", key);
+					 "Property \"%.64s\" was refused by librdkafka.", key);
 			ok = false;
 		}
 	}

@@ -69,6 +69,7 @@ _PG_init(void)
 	define_enqueue_settings();
 	define_relay_settings();
 	MarkGUCPrefixReserved("outbox");
+	outbox_redact_init();
 	outbox_wake_init();
 
 	if (!process_shared_preload_libraries_in_progress)

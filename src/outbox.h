@@ -75,6 +75,10 @@ extern void outbox_note_enqueue(void);
 extern void outbox_wake_relay(void);
 extern void outbox_relay_attach(void);
 
+/* Keeping outbox.kafka_properties out of the log (redact.c) */
+
+extern void outbox_redact_init(void);
+
 /* Launcher (launcher.c) */
 
 extern void outbox_launcher_register(void);

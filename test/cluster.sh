@@ -58,7 +58,6 @@ listen_addresses = ''
 unix_socket_directories = '$CLUSTER_DIR'
 port = 5432
 fsync = off
-synchronous_commit = off
 max_connections = 40
 log_line_prefix = '%m [%p] %q%a '
 CONF

@@ -21,7 +21,11 @@ kafka_classpath() {
 
 # kafka_free_port: a TCP port on loopback nobody listens on.
 kafka_free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    local port
+    while :; do
+        port=$((20000 + RANDOM % 40000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+    done
 }
 
 # kafka_setup DIR: configure and format a broker in DIR.

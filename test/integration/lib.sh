@@ -1,0 +1,82 @@
+# test/integration/lib.sh: helpers for the integration suites.
+#
+# Each case is a shell function named t_*; it prints nothing on success and
+# calls fail with a reason otherwise.  run_case turns that into TAP lines.
+
+IT_DB=outbox_it
+TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
+PGBIN=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+IT_PASSED=0
+IT_FAILED=0
+IT_N=0
+
+# sql SQL: run SQL in the test database, unaligned, tuples only.
+sql() {
+    "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$IT_DB" -c "$1"
+}
+
+# fail REASON: mark the current case failed.
+fail() {
+    IT_CASE_FAILED=1
+    echo "#   $*"
+}
+
+# expect NAME GOT WANT: fail unless GOT equals WANT.
+expect() {
+    [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+}
+
+# wait_until SECONDS SQL: poll until SQL returns t; false on timeout.
+wait_until() {
+    local deadline=$((SECONDS + $1))
+    while [ $SECONDS -lt $deadline ]; do
+        [ "$(sql "$2" 2>/dev/null)" = t ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# consume TOPIC COUNT [TIMEOUT_MS] [IDLE_MS]: messages of TOPIC on stdout.
+consume() {
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t "$1" -n "$2" -T "${3:-30000}" \
+        ${4:+-i "$4"} 2>/dev/null
+}
+
+# load_consumed TABLE FILE: consumer output into a table of the test database.
+load_consumed() {
+    sql "DROP TABLE IF EXISTS $1; CREATE TABLE $1 (topic text, part int, off bigint,
+         key text, headers text, value text, received_us bigint,
+         event_id bigint GENERATED ALWAYS AS (substring(headers from 'event_id=([0-9]+)')::bigint) STORED)"
+    "$PGBIN/psql" -X -q -d "$IT_DB" -v ON_ERROR_STOP=1 \
+        -c "\\copy $1 (topic, part, off, key, headers, value, received_us) FROM '$2' WITH (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x01')"
+}
+
+# relay_pid: the relay process, or nothing.
+relay_pid() {
+    sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'" 2>/dev/null
+}
+
+# set_setting NAME VALUE: ALTER SYSTEM and reload.
+set_setting() {
+    sql "ALTER SYSTEM SET $1 = '$2'" && sql "SELECT pg_reload_conf()" >/dev/null
+}
+
+# all_sent TOPIC COUNT: whether COUNT events of TOPIC are all marked sent.
+all_sent() {
+    echo "SELECT count(*) FILTER (WHERE status = 'sent') = $2 FROM outbox.events WHERE topic = '$1'"
+}
+
+# run_case NAME: run t_NAME and print its TAP line.
+run_case() {
+    IT_CASE_FAILED=0
+    IT_N=$((IT_N + 1))
+    local start=$SECONDS
+    "t_$1"
+    if [ "$IT_CASE_FAILED" -eq 0 ]; then
+        IT_PASSED=$((IT_PASSED + 1))
+        echo "ok $IT_N - $1 ($((SECONDS - start)) s)"
+    else
+        IT_FAILED=$((IT_FAILED + 1))
+        echo "not ok $IT_N - $1"
+    fi
+}

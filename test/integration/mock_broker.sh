@@ -1,0 +1,86 @@
+# test/integration/mock_broker.sh: faults a real broker cannot make on
+# demand, from librdkafka's mock cluster (real Kafka protocol over TCP).
+
+# mock_start: start the mock broker; MOCK_BROKERS is its address.
+mock_start() {
+    mkfifo "$IT_TMP/mock.in"
+    "$TOOLS/outbox-mock-broker" <"$IT_TMP/mock.in" >"$IT_TMP/mock.out" 2>"$IT_TMP/mock.err" &
+    MOCK_PID=$!
+    exec 8>"$IT_TMP/mock.in"
+    for _ in $(seq 1 50); do
+        MOCK_BROKERS=$(head -n 1 "$IT_TMP/mock.out" 2>/dev/null)
+        [ -n "$MOCK_BROKERS" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# mock CMD...: send a command to the mock broker.
+mock() {
+    echo "$*" >&8
+    sleep 0.1
+}
+
+# mock_stop: stop the mock broker.
+mock_stop() {
+    [ -n "${MOCK_PID:-}" ] || return 0
+    echo quit >&8 2>/dev/null
+    exec 8>&-
+    kill "$MOCK_PID" 2>/dev/null
+    MOCK_PID=
+}
+
+# mock_consume TOPIC COUNT: messages of TOPIC from the mock broker.
+mock_consume() {
+    IT_BROKERS=$MOCK_BROKERS consume "$@"
+}
+
+# Retriable produce errors are retried (by librdkafka, in order): all
+# arrive, in order, and none is recorded as failed.
+t_transient_errors() {
+    local topic=mock.transient out=$IT_TMP/transient.tsv
+    mock create $topic 1
+    mock produce-errors 6 6    # NOT_LEADER_OR_FOLLOWER
+    sql "SELECT count(outbox.enqueue('T', 'tr-' || i, jsonb_build_object('seq', i), topic => '$topic', msg_key => 'k')) FROM generate_series(1, 50) i" >/dev/null
+    mock_consume $topic 50 30000 >"$out" || fail "not all 50 events arrived"
+    load_consumed got_transient "$out"
+    expect "order violations" "$(sql "SELECT count(*) FROM (SELECT (value::jsonb->>'seq')::int - lag((value::jsonb->>'seq')::int) OVER (ORDER BY off) AS step FROM got_transient) s WHERE step <> 1")" 0
+    expect "distinct events" "$(sql "SELECT count(DISTINCT event_id) FROM got_transient")" 50
+    wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"
+}
+
+# A persistent produce error: each event is retried with backoff until
+# outbox.max_attempts, then dead with the broker's error.
+t_persistent_error() {
+    local topic=mock.persistent
+    mock create $topic 1
+    mock produce-errors 1000 10    # MESSAGE_TOO_LARGE: refused, not retriable
+    sql "SELECT count(outbox.enqueue('T', 'pe-' || i, '{}', topic => '$topic')) FROM generate_series(1, 3) i" >/dev/null
+    wait_until 30 "SELECT count(*) = 3 FROM outbox.events WHERE topic = '$topic' AND status = 'dead'" \
+        || fail "events not dead: $(sql "SELECT string_agg(status || '/' || attempts, ' ') FROM outbox.events WHERE topic = '$topic'")"
+    expect "attempts of dead events" "$(sql "SELECT string_agg(DISTINCT attempts::text, ',') FROM outbox.events WHERE topic = '$topic'")" 3
+    expect "last_error" "$(sql "SELECT DISTINCT last_error FROM outbox.events WHERE topic = '$topic'")" "Broker: Message size too large"
+    mock clear
+}
+
+# An event waiting for its retry holds back the later events of its key,
+# while other keys flow; once it is delivered, they follow in order.
+t_order_across_retry() {
+    local topic=mock.retry out=$IT_TMP/retry.tsv
+    mock create $topic 1
+    set_setting outbox.backoff_min 2000
+    set_setting outbox.backoff_max 2000
+    mock produce-errors 1000 10
+    sql "SELECT outbox.enqueue('T', 'first', jsonb_build_object('seq', 1), topic => '$topic', msg_key => 'K')" >/dev/null
+    wait_until 10 "SELECT attempts = 1 FROM outbox.events WHERE biz_key = 'first'" || fail "first event did not fail once"
+    mock clear
+    sql "SELECT outbox.enqueue('T', 'second', jsonb_build_object('seq', 2), topic => '$topic', msg_key => 'K'),
+                outbox.enqueue('T', 'other', jsonb_build_object('seq', 0), topic => '$topic', msg_key => 'L')" >/dev/null
+    wait_until 5 "SELECT status = 'sent' FROM outbox.events WHERE biz_key = 'other'" || fail "another key was held back"
+    expect "second held while first waits" "$(sql "SELECT status FROM outbox.events WHERE biz_key = 'second'")" new
+    mock_consume $topic 3 20000 >"$out" || fail "not all 3 events arrived"
+    expect "arrival order" "$(cut -f4 "$out" | tr '\n' ' ')" "L K K "
+    expect "K in enqueue order" "$(grep -P '\tK\t' "$out" | cut -f6 | tr '\n' ' ')" '{"seq":1} {"seq":2} '
+    set_setting outbox.backoff_min 100
+    set_setting outbox.backoff_max 1000
+}

@@ -1,0 +1,201 @@
+# test/integration/real_broker.sh: the relay against a real Apache Kafka
+# broker.  Every case uses a topic of its own and checks what a real
+# consumer read, not what the outbox tables claim.
+
+# Events arrive once each with the exact key, headers and compact payload.
+t_delivery() {
+    local topic=it.delivery out=$IT_TMP/delivery.tsv
+    sql "SELECT count(outbox.enqueue('OrderCreated', 'd-' || i,
+            jsonb_build_object('order_id', i, 'note', E'caf\u00e9 \"quoted\" \\\\ tab\t', 'items', jsonb_build_array(1, 2.50, true, null)),
+            topic => '$topic',
+            headers => jsonb_build_object('traceparent', '00-' || i, 'tenant', 'acme'),
+            msg_key => 'order-' || (i % 7)))
+         FROM generate_series(1, 50) i" >/dev/null
+    consume $topic 50 >"$out" || fail "not all 50 events arrived ($(wc -l <"$out"))"
+    load_consumed got_delivery "$out"
+    expect "messages matching their event exactly" "$(sql "
+        SELECT count(*) FROM got_delivery g JOIN outbox.event_log l ON l.id = g.event_id
+         WHERE g.key = l.msg_key
+           AND g.value::jsonb = l.payload
+           AND g.value !~ '\": |, '
+           AND g.headers = 'event_id=' || l.id || ',biz_type=' || l.biz_type || ',biz_key=' || l.biz_key
+                           || ',tenant=acme,traceparent=' || (l.headers->>'traceparent')")" 50
+    expect "distinct events" "$(sql "SELECT count(DISTINCT event_id) FROM got_delivery")" 50
+    wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"
+}
+
+# Concurrent writers, a fifth of them rolling back: every committed event
+# arrives, no rolled-back one does.
+t_concurrent_rollbacks() {
+    local topic=it.concurrent out=$IT_TMP/concurrent.tsv script=$IT_TMP/orders.pgbench
+    sql "CREATE TABLE IF NOT EXISTS shop_orders (id bigserial PRIMARY KEY, ref text)"
+    cat >"$script" <<SQL
+\set r random(1, 100)
+\set n random(1, 1000000000)
+BEGIN;
+INSERT INTO shop_orders (ref) VALUES (:client_id || '-' || :n);
+\if :r <= 20
+SELECT outbox.enqueue('OrderCreated', 'rb-' || :client_id || '-' || :n, '{"n": 1}', topic => '$topic');
+ROLLBACK;
+\else
+SELECT outbox.enqueue('OrderCreated', 'c-' || :client_id || '-' || :n, '{"n": 1}', topic => '$topic');
+COMMIT;
+\endif
+SQL
+    "$PGBIN/pgbench" -n -c 8 -j 2 -t 150 -f "$script" "$IT_DB" >"$IT_TMP/pgbench.log" 2>&1 \
+        || fail "pgbench failed: $(tail -3 "$IT_TMP/pgbench.log")"
+    local committed
+    committed=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")
+    [ "$committed" -gt 800 ] || fail "only $committed committed events"
+    consume $topic "$committed" 30000 >"$out" || fail "not all $committed committed events arrived ($(wc -l <"$out"))"
+    load_consumed got_concurrent "$out"
+    expect "rolled-back events delivered" "$(sql "SELECT count(*) FROM got_concurrent WHERE headers LIKE '%biz_key=rb-%'")" 0
+    expect "committed events missing" "$(sql "SELECT count(*) FROM outbox.event_log l WHERE topic = '$topic'
+        AND NOT EXISTS (SELECT 1 FROM got_concurrent g WHERE g.event_id = l.id)")" 0
+    expect "deliveries of unknown events" "$(sql "SELECT count(*) FROM got_concurrent g
+        WHERE NOT EXISTS (SELECT 1 FROM outbox.event_log l WHERE l.id = g.event_id)")" 0
+}
+
+# Events of one key arrive in enqueue order, across many transactions and
+# sessions.
+t_per_key_order() {
+    local topic=it.order out=$IT_TMP/order.tsv pids=()
+    for s in 1 2 3 4; do
+        sql "DO \$\$ BEGIN FOR i IN 1..100 LOOP
+               PERFORM outbox.enqueue('StockMoved', 's$s-' || i, jsonb_build_object('seq', i),
+                                      topic => '$topic', msg_key => 'sku-$s');
+               COMMIT; END LOOP; END \$\$" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    consume $topic 400 >"$out" || fail "not all 400 events arrived"
+    load_consumed got_order "$out"
+    expect "order violations" "$(sql "SELECT count(*) FROM (
+        SELECT (value::jsonb->>'seq')::int - lag((value::jsonb->>'seq')::int) OVER (PARTITION BY key ORDER BY part, off) AS step
+          FROM got_order) s WHERE step <> 1")" 0
+    expect "one partition per key" "$(sql "SELECT count(DISTINCT (key, part)) FROM got_order")" 4
+}
+
+# The broker stopped for seconds mid-flow, then started again: all arrive.
+t_broker_down() {
+    local topic=it.down out=$IT_TMP/down.tsv
+    sql "SELECT count(outbox.enqueue('T', 'before-' || i, '{}', topic => '$topic')) FROM generate_series(1, 100) i" >/dev/null
+    kafka_kill
+    sql "SELECT count(outbox.enqueue('T', 'during-' || i, '{}', topic => '$topic')) FROM generate_series(1, 100) i" >/dev/null
+    sleep 4
+    [ "$(sql "SELECT count(*) FILTER (WHERE status = 'sent') < 200 FROM outbox.events WHERE topic = '$topic'")" = t ] \
+        || fail "events marked sent while the broker was down"
+    kafka_start || fail "broker did not restart"
+    consume $topic 200 60000 >"$out" || fail "not all 200 events arrived after the broker came back ($(wc -l <"$out"))"
+    wait_until 30 "$(all_sent $topic 200)" || fail "events not all marked sent"
+    expect "events dead" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'dead'")" 0
+}
+
+# The broker frozen (SIGSTOP) for seconds, then let go: all arrive.
+t_broker_paused() {
+    local topic=it.paused out=$IT_TMP/paused.tsv
+    kafka_pause
+    sql "SELECT count(outbox.enqueue('T', 'p-' || i, '{}', topic => '$topic')) FROM generate_series(1, 100) i" >/dev/null
+    sleep 3
+    kafka_resume
+    consume $topic 100 60000 >"$out" || fail "not all 100 events arrived after the broker resumed"
+    wait_until 30 "$(all_sent $topic 100)" || fail "events not all marked sent"
+}
+
+# count_duplicates FILE: deliveries beyond the first of each event.
+count_duplicates() {
+    load_consumed got_dups "$1"
+    sql "SELECT count(*) - count(DISTINCT event_id) FROM got_dups"
+}
+
+# mid_flow TOPIC N: wait until the relay has sent some but not all of the
+# N events of TOPIC; fail if it never is in between.
+mid_flow() {
+    wait_until 20 "SELECT count(*) FILTER (WHERE status = 'sent') > 0 FROM outbox.events WHERE topic = '$1'" \
+        || fail "relay never started sending"
+    local sent
+    sent=$(sql "SELECT count(*) FILTER (WHERE status = 'sent') FROM outbox.events WHERE topic = '$1'")
+    [ "$sent" -lt "$2" ] || fail "all $2 events were sent before the fault: not mid-flow"
+}
+
+# The relay SIGKILLed mid-flow (the server restarts its processes): nothing
+# lost; duplicates counted.
+t_relay_killed() {
+    local topic=it.killed out=$IT_TMP/killed.tsv n=100000 pid
+    sql "SELECT count(outbox.enqueue('T', 'k-' || i, jsonb_build_object('i', i), topic => '$topic')) FROM generate_series(1, $n) i" >/dev/null
+    pid=$(relay_pid)
+    [ -n "$pid" ] || fail "no relay running"
+    mid_flow $topic $n
+    kill -KILL "$pid"
+    wait_until 60 "$(all_sent $topic $n)" || fail "events not all sent after the relay was killed"
+    consume $topic $((2 * n)) 60000 3000 >"$out"
+    expect "distinct events delivered" "$(cut -f5 "$out" | cut -d, -f1 | sort -u | wc -l)" $n
+    echo "#   relay SIGKILL: $n events, $(count_duplicates "$out") duplicates"
+}
+
+# The server stopped with pg_ctl stop -m immediate mid-flow and started
+# again: nothing lost; duplicates counted.
+t_server_crash() {
+    local topic=it.crash out=$IT_TMP/crash.tsv n=100000
+    sql "SELECT count(outbox.enqueue('T', 'x-' || i, jsonb_build_object('i', i), topic => '$topic')) FROM generate_series(1, $n) i" >/dev/null
+    mid_flow $topic $n
+    cluster_ctl -m immediate stop >/dev/null
+    cluster_start
+    wait_until 60 "$(all_sent $topic $n)" || fail "events not all sent after the crash"
+    consume $topic $((2 * n)) 60000 3000 >"$out"
+    expect "distinct events delivered" "$(cut -f5 "$out" | cut -d, -f1 | sort -u | wc -l)" $n
+    echo "#   pg_ctl stop -m immediate: $n events, $(count_duplicates "$out") duplicates"
+}
+
+# A reload pointing the relay at a wrong address holds events back; one
+# pointing it back delivers them.
+t_reload() {
+    local topic=it.reload out=$IT_TMP/reload.tsv
+    set_setting outbox.kafka_brokers 127.0.0.1:9
+    sleep 1
+    sql "SELECT count(outbox.enqueue('T', 'r-' || i, '{}', topic => '$topic')) FROM generate_series(1, 20) i" >/dev/null
+    sleep 2
+    expect "sent while the brokers were wrong" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    set_setting outbox.kafka_brokers "$IT_BROKERS"
+    consume $topic 20 30000 >"$out" || fail "events did not arrive after the brokers were fixed"
+    wait_until 20 "$(all_sent $topic 20)" || fail "events not all marked sent"
+
+    # New properties re-create the producer; a secret in them, accepted or
+    # refused, never reaches the server log.
+    set_setting outbox.kafka_properties "linger.ms=1;sasl.password=TopSecret-42"
+    echo "outbox.kafka_properties = 'no.such.thing=TopSecret-43'" >>"$CLUSTER_DATA/postgresql.conf"
+    sql "SELECT pg_reload_conf()" >/dev/null
+    sql "SELECT outbox.enqueue('T', 'r-after-properties', '{}', topic => '$topic')" >/dev/null
+    consume $topic 21 30000 >"$out" || fail "no delivery after the properties changed"
+    sed -i '/no.such.thing/d' "$CLUSTER_DATA/postgresql.conf"
+    sql "ALTER SYSTEM RESET outbox.kafka_properties" && sql "SELECT pg_reload_conf()" >/dev/null
+    grep -q 'TopSecret' "$CLUSTER_DIR/server.log" && fail "a secret from outbox.kafka_properties is in the server log"
+    grep -q 'outbox.kafka_properties.*(value hidden)' "$CLUSTER_DIR/server.log" || fail "the refused properties were not reported"
+}
+
+# DROP EXTENSION is not blocked by the relay, which idles until the
+# extension is back; DROP DATABASE of another database is not blocked.
+t_drop_extension() {
+    local topic=it.drop out=$IT_TMP/drop.tsv
+    sql "CREATE DATABASE outbox_other" && timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE outbox_other" \
+        || fail "DROP DATABASE of another database failed or hung"
+    timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP EXTENSION outbox CASCADE" || fail "DROP EXTENSION failed or hung"
+    sleep 1
+    sql "CREATE EXTENSION outbox"
+    sql "SELECT outbox.enqueue('T', 'after-recreate', '{}', topic => '$topic')" >/dev/null
+    consume $topic 1 20000 >"$out" || fail "no delivery after the extension was created again"
+}
+
+# DROP DATABASE of the database the relay serves is not refused because
+# of the relay's connection; the launcher then waits for it to exist.
+t_drop_relay_database() {
+    sql "CREATE DATABASE outbox_victim"
+    "$PGBIN/psql" -X -q -d outbox_victim -c "CREATE EXTENSION outbox"
+    set_setting outbox.database outbox_victim
+    wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'outbox_victim'" \
+        || fail "no relay started for outbox_victim"
+    timeout 30 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE outbox_victim" || fail "DROP DATABASE of the relayed database failed"
+    set_setting outbox.database "$IT_DB"
+    wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = '$IT_DB'" \
+        || fail "the relay did not come back for $IT_DB"
+}
