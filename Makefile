@@ -36,6 +36,9 @@ endif
 test:
 	test/run
 
+demo:
+	scripts/demo
+
 format:
 	clang-format -i src/*.c src/*.h
 

@@ -44,7 +44,7 @@ consume() {
 
 # load_consumed TABLE FILE: consumer output into a table of the test database.
 load_consumed() {
-    sql "DROP TABLE IF EXISTS $1; CREATE TABLE $1 (topic text, part int, off bigint,
+    sql "SET client_min_messages = warning; DROP TABLE IF EXISTS $1; CREATE TABLE $1 (topic text, part int, off bigint,
          key text, headers text, value text, received_us bigint,
          event_id bigint GENERATED ALWAYS AS (substring(headers from 'event_id=([0-9]+)')::bigint) STORED)"
     "$PGBIN/psql" -X -q -d "$IT_DB" -v ON_ERROR_STOP=1 \
