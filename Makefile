@@ -31,13 +31,16 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo format format-check tools
+.PHONY: test demo bench format format-check tools
 
 test:
 	test/run
 
 demo:
 	scripts/demo
+
+bench:
+	bench/run
 
 format:
 	clang-format -i src/*.c src/*.h

@@ -136,7 +136,7 @@ HTAB *
 relay_pending_keys(void)
 {
 	SPIPlanPtr plan =
-		outbox_keep_plan(&pending_keys_plan, pending_keys_sql, 0, NULL);
+		outbox_keep_plan(&pending_keys_plan, pending_keys_sql, 0, NULL, false);
 	HTAB *keys;
 	int rc = SPI_execute_plan(plan, NULL, NULL, true, 0);
 

@@ -54,7 +54,7 @@ outbox_claim(PG_FUNCTION_ARGS)
 	}
 
 	SPI_connect();
-	plan = outbox_keep_plan(&claim_plan, claim_sql, 4, claim_argtypes);
+	plan = outbox_keep_plan(&claim_plan, claim_sql, 4, claim_argtypes, false);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));

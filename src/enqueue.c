@@ -185,7 +185,7 @@ static bool
 insert_event(EnqueueArgs *args, int64 *id)
 {
 	SPIPlanPtr plan =
-		outbox_keep_plan(&insert_plan, insert_sql, 6, enqueue_argtypes);
+		outbox_keep_plan(&insert_plan, insert_sql, 6, enqueue_argtypes, false);
 	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
 
 	if (rc != SPI_OK_INSERT_RETURNING)
@@ -201,8 +201,8 @@ insert_event(EnqueueArgs *args, int64 *id)
 static bool
 existing_event(EnqueueArgs *args, int64 *id)
 {
-	SPIPlanPtr plan =
-		outbox_keep_plan(&existing_plan, existing_sql, 6, enqueue_argtypes);
+	SPIPlanPtr plan = outbox_keep_plan(&existing_plan, existing_sql, 6,
+									   enqueue_argtypes, false);
 	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
 	bool isnull;
 

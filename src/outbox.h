@@ -100,6 +100,6 @@ extern void outbox_json_compact(StringInfo out, Jsonb *jb);
 /* Prepared statements kept for the life of the backend (plan.c) */
 
 extern SPIPlanPtr outbox_keep_plan(SPIPlanPtr *cache, const char *sql,
-								   int nargs, const Oid *argtypes);
+								   int nargs, const Oid *argtypes, bool custom);
 
 #endif /* OUTBOX_H */

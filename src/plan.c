@@ -14,19 +14,21 @@
 #include "outbox.h"
 
 /*
- * outbox_keep_plan: the plan in *cache, prepared and kept on first use.
- * Call between SPI_connect and SPI_finish.
+ * outbox_keep_plan: the plan in *cache, prepared and kept on first use;
+ * with custom, planned anew for each call's parameter values.  Call
+ * between SPI_connect and SPI_finish.
  */
 SPIPlanPtr
 outbox_keep_plan(SPIPlanPtr *cache, const char *sql, int nargs,
-				 const Oid *argtypes)
+				 const Oid *argtypes, bool custom)
 {
 	SPIPlanPtr plan;
 
 	if (*cache != NULL)
 		return *cache;
 
-	plan = SPI_prepare(sql, nargs, (Oid *) argtypes);
+	plan = SPI_prepare_cursor(sql, nargs, (Oid *) argtypes,
+							  custom ? CURSOR_OPT_CUSTOM_PLAN : 0);
 	if (plan == NULL)
 		elog(ERROR, "could not prepare \"%s\": %s", sql,
 			 SPI_result_code_string(SPI_result));

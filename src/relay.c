@@ -42,14 +42,18 @@ static const char *const any_new_sql =
 	"  WHERE l.tx >= pg_snapshot_xmin($1)"
 	"    AND NOT pg_visible_in_snapshot(l.tx, $1))";
 
-/* The statement's own snapshot is the window: all it sees is committed. */
+/*
+ * The statement's own snapshot is the window: all it sees is committed.
+ * The window's id range bounds the batch reads to its own part of the table.
+ */
 static const char *const open_window_sql =
 	"UPDATE outbox.relay_cursor SET window_snapshot = pg_current_snapshot(),"
-	"  window_last_id = 0, updated_at = now(),"
-	"  window_max_id = COALESCE((SELECT max(l.id) FROM outbox.event_log l"
+	"  updated_at = now(), (window_last_id, window_max_id) ="
+	"  (SELECT COALESCE(min(l.id) - 1, 0), COALESCE(max(l.id), 0)"
+	"     FROM outbox.event_log l"
 	"    WHERE l.tx >= pg_snapshot_xmin($1)"
-	"      AND NOT pg_visible_in_snapshot(l.tx, $1)), 0)"
-	" RETURNING window_snapshot, window_max_id";
+	"      AND NOT pg_visible_in_snapshot(l.tx, $1))"
+	" RETURNING window_snapshot, window_last_id, window_max_id";
 
 static const char *const window_batch_sql =
 	"SELECT l.id, l.topic, l.msg_key, l.payload, l.headers, l.biz_type, l.biz_key"
@@ -157,15 +161,17 @@ static bool
 open_window(RelayCursor *cur)
 {
 	Oid types[1] = {PG_SNAPSHOTOID};
+	HeapTuple row;
+	TupleDesc desc;
 	bool isnull;
 
 	run_plan(&open_window_plan, open_window_sql, 1, types, &cur->done,
 			 SPI_OK_UPDATE_RETURNING);
-	cur->window = keep_datum(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
-	cur->max_id = DatumGetInt64(SPI_getbinval(
-		SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	cur->last_id = 0;
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	cur->window = keep_datum(SPI_getbinval(row, desc, 1, &isnull));
+	cur->last_id = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+	cur->max_id = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
 	cur->open = true;
 	return true;
 }
@@ -276,13 +282,15 @@ keep_datum(Datum value)
 }
 
 /*
- * run_plan: execute a kept plan and insist on its result code.
+ * run_plan: execute a kept plan and insist on its result code.  Planned
+ * for each call's values: a generic plan cannot see how narrow the range
+ * "tx >= pg_snapshot_xmin($1)" is and would scan the whole table.
  */
 static void
 run_plan(SPIPlanPtr *cache, const char *sql, int nargs, const Oid *types,
 		 Datum *values, int expect)
 {
-	SPIPlanPtr plan = outbox_keep_plan(cache, sql, nargs, types);
+	SPIPlanPtr plan = outbox_keep_plan(cache, sql, nargs, types, true);
 	int rc = SPI_execute_plan(plan, values, NULL, false, 0);
 
 	if (rc != expect)

@@ -112,7 +112,8 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
 	Oid types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID};
 	Datum values[5];
 	char nulls[5] = {' ', ' ', ' ', ' ', error ? ' ' : 'n'};
-	SPIPlanPtr plan = outbox_keep_plan(&set_state_plan, set_state_sql, 5, types);
+	SPIPlanPtr plan =
+		outbox_keep_plan(&set_state_plan, set_state_sql, 5, types, false);
 	int rc;
 
 	values[0] = Int64GetDatum(id);
@@ -143,7 +144,7 @@ read_due(void)
 	HTAB *seen;
 	int rc;
 
-	plan = outbox_keep_plan(&waiting_plan, waiting_sql, 1, &type);
+	plan = outbox_keep_plan(&waiting_plan, waiting_sql, 1, &type, false);
 	rc = SPI_execute_plan(plan, &limit, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "outbox relay: retry query failed: %s",

@@ -61,6 +61,15 @@ outbox_relay_main(Datum main_arg)
 	/* The window logic needs a fresh snapshot per statement. */
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * Every relay query reads a narrow index range of a large table.  Right
+	 * after a burst of enqueues the statistics lag, and a sequential scan of
+	 * the whole outbox can look cheaper to the planner; it never is.  JIT
+	 * goes too: the penalty that steers away from sequential scans would
+	 * otherwise make every relay query look worth compiling.
+	 */
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	round_context = AllocSetContextCreate(
 		TopMemoryContext, "outbox relay round", ALLOCSET_DEFAULT_SIZES);
 	outbox_relay_attach();

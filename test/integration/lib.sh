@@ -45,10 +45,10 @@ consume() {
 # load_consumed TABLE FILE: consumer output into a table of the test database.
 load_consumed() {
     sql "SET client_min_messages = warning; DROP TABLE IF EXISTS $1; CREATE TABLE $1 (topic text, part int, off bigint,
-         key text, headers text, value text, received_us bigint,
+         key text, headers text, value text, received_us bigint, created_ms bigint,
          event_id bigint GENERATED ALWAYS AS (substring(headers from 'event_id=([0-9]+)')::bigint) STORED)"
     "$PGBIN/psql" -X -q -d "$IT_DB" -v ON_ERROR_STOP=1 \
-        -c "\\copy $1 (topic, part, off, key, headers, value, received_us) FROM '$2' WITH (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x01')"
+        -c "\\copy $1 (topic, part, off, key, headers, value, received_us, created_ms) FROM '$2' WITH (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x01')"
 }
 
 # relay_pid: the relay process, or nothing.

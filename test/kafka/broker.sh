@@ -75,7 +75,10 @@ kafka_start() {
 
 # kafka_kill: stop the broker at once (SIGKILL).
 kafka_kill() {
-    [ -n "${KAFKA_PID:-}" ] && kill -KILL "$KAFKA_PID" 2>/dev/null && wait "$KAFKA_PID" 2>/dev/null
+    if [ -n "${KAFKA_PID:-}" ]; then
+        kill -KILL "$KAFKA_PID" 2>/dev/null || true
+        wait "$KAFKA_PID" 2>/dev/null || true
+    fi
     KAFKA_PID=
 }
 
@@ -86,5 +89,5 @@ kafka_resume() { kill -CONT "$KAFKA_PID"; }
 # kafka_stop: stop the broker and remove its files.
 kafka_stop() {
     kafka_kill
-    [ -n "${KAFKA_DIR:-}" ] && rm -rf "$KAFKA_DIR"
+    if [ -n "${KAFKA_DIR:-}" ]; then rm -rf "$KAFKA_DIR"; fi
 }

@@ -4,10 +4,11 @@
  *		benchmarks.  It reads topics from the beginning and prints one line
  *		per message:
  *
- *		topic <TAB> partition <TAB> offset <TAB> key <TAB> headers <TAB> value <TAB> received_us
+ *		topic <TAB> partition <TAB> offset <TAB> key <TAB> headers <TAB> value <TAB> received_us <TAB> created_ms
  *
  *		headers as name=value pairs joined by ","; received_us is the wall
- *		clock (microseconds since the epoch) when the message arrived here.
+ *		clock (microseconds since the epoch) when the message arrived here;
+ *		created_ms the message's timestamp, set by the producer at send.
  *
  * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT]
  *                       [-T TIMEOUT_MS] [-i IDLE_MS]
@@ -96,7 +97,8 @@ print_message(const rd_kafka_message_t *m)
 		for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
 			printf("%s%s=%.*s", i ? "," : "", name, (int) size, val ? (const char *) val : "");
 	}
-	printf("\t%.*s\t%lld\n", (int) m->len, m->payload ? (const char *) m->payload : "", now_us());
+	printf("\t%.*s\t%lld\t%lld\n", (int) m->len, m->payload ? (const char *) m->payload : "", now_us(),
+		   (long long) rd_kafka_message_timestamp(m, NULL));
 }
 
 int
