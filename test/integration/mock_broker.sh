@@ -84,3 +84,19 @@ t_order_across_retry() {
     set_setting outbox.backoff_min 100
     set_setting outbox.backoff_max 1000
 }
+
+# A broker that answers every request late: the relay waits, nothing is
+# recorded as failed, and all arrive in order.
+t_slow_broker() {
+    local topic=mock.slow out=$IT_TMP/slow.tsv
+    mock create $topic 1
+    mock rtt 400
+    sql "SELECT count(outbox.enqueue('T', 'slow-' || i, jsonb_build_object('seq', i), topic => '$topic', msg_key => 'k')) FROM generate_series(1, 20) i" >/dev/null
+    sleep 1
+    expect "sent before the slow broker answered" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    mock_consume $topic 20 30000 >"$out" || fail "not all 20 events arrived from the slow broker"
+    mock rtt 0
+    wait_until 20 "$(all_sent $topic 20)" || fail "events not all marked sent"
+    expect "failed attempts recorded" "$(sql "SELECT coalesce(sum(attempts), 0) FROM outbox.events WHERE topic = '$topic'")" 0
+    expect "order" "$(cut -f6 "$out" | tr -d '{}"seq:' | tr '\n' ' ')" "$(seq -s ' ' 1 20) "
+}

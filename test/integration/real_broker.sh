@@ -199,3 +199,36 @@ t_drop_relay_database() {
     wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = '$IT_DB'" \
         || fail "the relay did not come back for $IT_DB"
 }
+
+# A streaming standby relays nothing; promoted after the primary dies, it
+# relays the events the primary had committed but not sent.
+t_promotion() {
+    local topic=it.failover out=$IT_TMP/failover.tsv standby=$CLUSTER_DIR/standby sport=5433
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR
+    cluster_run "$server_bin/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby" -R -X stream --checkpoint=fast \
+        || { fail "pg_basebackup failed"; return; }
+    echo "port = $sport" | cluster_run tee -a "$standby/postgresql.conf" >/dev/null
+    cluster_run "$server_bin/pg_ctl" -D "$standby" -l "$CLUSTER_DIR/it/standby.log" -w start >/dev/null \
+        || { fail "standby did not start"; return; }
+    standby_sql() { "$PGBIN/psql" -X -q -At -p $sport -d "$IT_DB" -c "$1"; }
+    expect "standby in recovery" "$(standby_sql "SELECT pg_is_in_recovery()")" t
+    expect "outbox workers on the standby" "$(standby_sql "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'outbox%'")" 0
+
+    # The primary stops sending (a wrong broker), takes 100 events, dies.
+    set_setting outbox.kafka_brokers 127.0.0.1:9
+    sleep 1
+    sql "SELECT count(outbox.enqueue('T', 'f-' || i, '{}', topic => '$topic')) FROM generate_series(1, 100) i" >/dev/null
+    local lsn
+    lsn=$(sql "SELECT pg_current_wal_lsn()")
+    until [ "$(standby_sql "SELECT pg_last_wal_replay_lsn() >= '$lsn'")" = t ]; do sleep 0.1; done
+    cluster_ctl -m immediate stop >/dev/null
+
+    cluster_run "$server_bin/pg_ctl" -D "$standby" -w promote >/dev/null || fail "promotion failed"
+    consume $topic 100 60000 >"$out" || fail "the promoted standby did not relay the primary's events ($(wc -l <"$out"))"
+    cluster_run "$server_bin/pg_ctl" -D "$standby" -m fast stop >/dev/null
+
+    # Back to the old primary, which sends its copy too (duplicates, by design).
+    cluster_start
+    set_setting outbox.kafka_brokers "$IT_BROKERS"
+    wait_until 30 "$(all_sent $topic 100)" || fail "the old primary did not catch up"
+}
