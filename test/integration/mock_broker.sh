@@ -85,12 +85,12 @@ t_order_across_retry() {
     set_setting outbox.backoff_max 1000
 }
 
-# A broker that answers every request late: the relay waits, nothing is
+# A broker that answers every request 1.5 s late: the relay waits, nothing is
 # recorded as failed, and all arrive in order.
 t_slow_broker() {
     local topic=mock.slow out=$IT_TMP/slow.tsv
     mock create $topic 1
-    mock rtt 400
+    mock rtt 1500
     sql "SELECT count(outbox.enqueue('T', 'slow-' || i, jsonb_build_object('seq', i), topic => '$topic', msg_key => 'k')) FROM generate_series(1, 20) i" >/dev/null
     sleep 1
     expect "sent before the slow broker answered" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
