@@ -8,14 +8,15 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 MODULE_big = outbox
 OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan.o \
              src/enqueue.o src/claim.o src/launcher.o src/worker.o src/batch.o \
-             src/relay.o src/retry.o src/kafka.o src/redact.o
+             src/relay.o src/retry.o src/housekeeping.o src/status.o src/kafka.o \
+             src/redact.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
              -DOUTBOX_VERSION='"$(EXTVERSION)"'
 
 # pg_regress: SQL behaviour (sql/, expected/) and the pgTAP contract.
-REGRESS      = setup enqueue claim privileges settings contract
+REGRESS      = setup enqueue claim privileges settings operations contract
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
@@ -31,7 +32,7 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo bench format format-check tools
+.PHONY: test demo bench bench-retention format format-check tools
 
 test:
 	test/run
@@ -41,6 +42,9 @@ demo:
 
 bench:
 	bench/run
+
+bench-retention:
+	bench/retention
 
 format:
 	clang-format -i src/*.c src/*.h

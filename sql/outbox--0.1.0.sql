@@ -152,8 +152,203 @@ AS 'MODULE_PATHNAME', 'outbox_claim';
 COMMENT ON FUNCTION outbox.claim(text, bigint, text, text) IS
     'Record that a consumer applies an event, in the current transaction: true the first time, false for a duplicate.';
 
+
+-- Operations: pausing, dead letters and replay, figures, retention.
+
+-- Whether the relay is paused; a table, so the state survives restarts.
+CREATE TABLE outbox.relay_control (
+    singleton  boolean     NOT NULL DEFAULT true,
+    paused     boolean     NOT NULL DEFAULT false,
+    changed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    changed_by name        NOT NULL DEFAULT session_user,
+    CONSTRAINT relay_control_pkey PRIMARY KEY (singleton),
+    CONSTRAINT relay_control_singleton CHECK (singleton)
+);
+INSERT INTO outbox.relay_control DEFAULT VALUES;
+SELECT pg_catalog.pg_extension_config_dump('outbox.relay_control', '');
+
+COMMENT ON TABLE outbox.relay_control IS
+    'Whether the relay is paused; set with outbox.pause() and outbox.resume().';
+
+-- Retention removes the oldest rows first; BRIN costs enqueue and claim
+-- next to nothing, since both columns grow with insertion order.
+CREATE INDEX event_log_created_at ON outbox.event_log USING brin (created_at);
+CREATE INDEX consumer_dedup_processed_at ON outbox.consumer_dedup USING brin (processed_at);
+CREATE INDEX event_state_dead ON outbox.event_state (id) WHERE status = 'dead';
+
+CREATE VIEW outbox.dead_letters AS
+SELECT l.id, l.biz_type, l.biz_key, l.topic, l.msg_key, l.payload, l.headers,
+       s.attempts, s.last_error, l.created_at, s.updated_at AS died_at
+  FROM outbox.event_state s
+  JOIN outbox.event_log l ON l.id = s.id
+ WHERE s.status = 'dead';
+
+COMMENT ON VIEW outbox.dead_letters IS
+    'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again.';
+
+-- Set the relay's latch when the calling transaction commits.
+CREATE FUNCTION outbox._wake_at_commit() RETURNS void
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'outbox_wake_at_commit';
+
+CREATE FUNCTION outbox.relay_status(
+    OUT pid                integer,
+    OUT database           name,
+    OUT state              text,
+    OUT broker_state       text,
+    OUT started_at         timestamptz,
+    OUT last_batch_at      timestamptz,
+    OUT last_error         text,
+    OUT last_error_at      timestamptz,
+    OUT sent_total         bigint,
+    OUT failed_total       bigint,
+    OUT retried_total      bigint,
+    OUT sent_last_minute   bigint,
+    OUT failed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'outbox_relay_status';
+
+COMMENT ON FUNCTION outbox.relay_status() IS
+    'One row per running relay, from shared memory: state, broker, last error, totals since start.';
+
+-- Unsent: not yet relayed (outside done_snapshot and the relayed part of
+-- the open window) or waiting for a retry.  Both come from index ranges
+-- that stay small while the relay keeps up, whatever the table's size.
+CREATE VIEW outbox.stats AS
+WITH cursor AS (
+    SELECT * FROM outbox.relay_cursor
+), unrelayed AS (
+    SELECT l.created_at
+      FROM outbox.event_log l, cursor c
+     WHERE l.tx >= pg_catalog.pg_snapshot_xmin(c.done_snapshot)
+       AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
+       AND NOT (c.window_snapshot IS NOT NULL
+                AND pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
+                AND l.id <= c.window_last_id)
+       AND NOT EXISTS (SELECT 1 FROM outbox.event_state s WHERE s.id = l.id)
+), waiting AS (
+    SELECT l.created_at, s.attempts
+      FROM outbox.event_state s JOIN outbox.event_log l ON l.id = s.id
+     WHERE s.status = 'new'
+), relays AS (
+    SELECT COALESCE(sum(r.sent_last_minute), 0)::bigint AS sent,
+           COALESCE(sum(r.failed_last_minute), 0)::bigint AS failed
+      FROM outbox.relay_status() r
+)
+SELECT (SELECT count(*) FROM unrelayed) + (SELECT count(*) FROM waiting) AS backlog,
+       COALESCE(round(extract(epoch FROM pg_catalog.now() - LEAST(
+                    (SELECT min(created_at) FROM unrelayed),
+                    (SELECT min(created_at) FROM waiting))), 3), 0) AS max_delay_sec,
+       (SELECT count(*) FROM outbox.event_state WHERE status = 'dead') AS dead,
+       relays.sent AS sent_last_minute,
+       relays.failed AS failed_last_minute,
+       (SELECT count(*) FROM waiting WHERE attempts > 0) AS retrying
+  FROM relays;
+
+COMMENT ON VIEW outbox.stats IS
+    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.';
+
+CREATE FUNCTION outbox.pause() RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.relay_control SET paused = true, changed_at = now(), changed_by = session_user;
+    SELECT outbox._wake_at_commit();
+$$;
+
+COMMENT ON FUNCTION outbox.pause() IS
+    'Stop relaying (events wait) until outbox.resume(); kept across restarts.';
+
+CREATE FUNCTION outbox.resume() RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.relay_control SET paused = false, changed_at = now(), changed_by = session_user;
+    SELECT outbox._wake_at_commit();
+$$;
+
+COMMENT ON FUNCTION outbox.resume() IS 'Relay again after outbox.pause().';
+
+CREATE FUNCTION outbox.replay(event_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF replay.event_id IS NULL THEN
+        RAISE EXCEPTION 'event_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE outbox.event_state s
+       SET status = 'new', attempts = 0, next_attempt_at = now(), updated_at = now()
+     WHERE s.id = replay.event_id AND s.status = 'dead';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM outbox._wake_at_commit();
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION outbox.replay(bigint) IS
+    'Send a dead event again, with attempts reset and the same id; false if it is not dead.';
+
+CREATE FUNCTION outbox.replay_dead(biz_type text DEFAULT NULL, since timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    UPDATE outbox.event_state s
+       SET status = 'new', attempts = 0, next_attempt_at = now(), updated_at = now()
+      FROM outbox.event_log l
+     WHERE l.id = s.id AND s.status = 'dead'
+       AND (replay_dead.biz_type IS NULL OR l.biz_type = replay_dead.biz_type)
+       AND (replay_dead.since IS NULL OR s.updated_at >= replay_dead.since);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        PERFORM outbox._wake_at_commit();
+    END IF;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION outbox.replay_dead(text, timestamptz) IS
+    'Send again every dead event (of biz_type, dead since since); returns how many.';
+
+-- One bounded round of retention, run by the relay: sent events older
+-- than sent_retention and claims older than dedup_retention, at most
+-- batch_rows of each.  Dead and waiting events are kept.
+CREATE FUNCTION outbox._purge(sent_retention interval, dedup_retention interval, batch_rows integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    events bigint;
+    claims bigint;
+BEGIN
+    WITH victims AS (
+        SELECT l.id
+          FROM outbox.event_log l, outbox.relay_cursor c
+         WHERE l.created_at < now() - sent_retention
+           AND pg_visible_in_snapshot(l.tx, c.done_snapshot)
+           AND NOT EXISTS (SELECT 1 FROM outbox.event_state s
+                            WHERE s.id = l.id AND s.status <> 'sent')
+         LIMIT batch_rows
+    ), gone AS (
+        DELETE FROM outbox.event_log l USING victims v WHERE l.id = v.id RETURNING l.id
+    ), state_gone AS (
+        DELETE FROM outbox.event_state s USING gone g WHERE s.id = g.id
+    )
+    SELECT count(*) INTO events FROM gone;
+
+    DELETE FROM outbox.consumer_dedup
+     WHERE ctid = ANY (ARRAY(SELECT ctid FROM outbox.consumer_dedup
+                              WHERE processed_at < now() - dedup_retention
+                              LIMIT batch_rows));
+    GET DIAGNOSTICS claims = ROW_COUNT;
+    RETURN events + claims;
+END $$;
+
 -- Least privilege: nobody but the owner gets anything until granted.
 REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION outbox.claim(text, bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;

@@ -209,6 +209,10 @@ relay_batch_send(RelayBatch *batch, HTAB *blocked)
 	while (!outbox_kafka_wait(100))
 	{
 		CHECK_FOR_INTERRUPTS();
+		outbox_status_broker(outbox_kafka_broker_state());
+		if (strcmp(outbox_kafka_broker_state(), "down") == 0)
+			outbox_status_state(RELAY_STATE_UNREACHABLE);
+		relay_check_alert();
 		/* New broker settings: give up on this producer; unacked goes again. */
 		if (relay_settings_changed())
 		{

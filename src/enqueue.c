@@ -80,7 +80,7 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 		if (insert_event(&args, &id) || existing_event(&args, &id))
 		{
 			SPI_finish();
-			outbox_note_enqueue();
+			outbox_wake_relay_at_commit();
 			PG_RETURN_INT64(id);
 		}
 	}

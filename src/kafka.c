@@ -31,6 +31,7 @@ typedef struct LogLine
 static rd_kafka_t *producer = NULL;
 static int outstanding = 0; /* messages sent, not yet reported */
 static bool fatal_error = false;
+static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
 static int log_count = 0;
 static int log_dropped = 0;
@@ -80,6 +81,7 @@ outbox_kafka_start(const char *brokers, const char *properties)
 	rd_kafka_set_log_queue(producer, NULL);
 	outstanding = 0;
 	fatal_error = false;
+	broker_state = "unknown";
 	return true;
 }
 
@@ -189,6 +191,16 @@ bool
 outbox_kafka_fatal(void)
 {
 	return fatal_error;
+}
+
+/*
+ * outbox_kafka_broker_state: "up" once a delivery succeeded, "down" once
+ * librdkafka found every broker down, "unknown" before either.
+ */
+const char *
+outbox_kafka_broker_state(void)
+{
+	return producer == NULL ? "unknown" : broker_state;
 }
 
 /*
@@ -303,6 +315,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	outstanding--;
 	if (msg == NULL)
 		return;
+	if (rkmessage->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		broker_state = "up";
 	msg->done = true;
 	msg->error = rkmessage->err;
 	msg->transient = is_transient(rkmessage->err);
@@ -332,6 +346,8 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	if (err == RD_KAFKA_RESP_ERR__FATAL)
 		fatal_error = true;
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		broker_state = "down";
 	snprintf(line, sizeof(line), "%s: %s", rd_kafka_err2name(err), reason);
 	keep_log_line(err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, line);
 }

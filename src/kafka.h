@@ -44,6 +44,7 @@ extern bool outbox_kafka_wait(int timeout_ms);
 extern void outbox_kafka_serve(void);
 extern bool outbox_kafka_fatal(void);
 extern const char *outbox_kafka_version(void);
+extern const char *outbox_kafka_broker_state(void);
 extern bool outbox_kafka_check_properties(const char *properties,
 										  char *problem, size_t size);
 

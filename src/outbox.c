@@ -32,6 +32,10 @@ PG_MODULE_MAGIC;
 #define MAX_BATCH_SIZE 100000
 #define DEFAULT_POLL_INTERVAL_MS 1000
 #define MAX_POLL_INTERVAL_MS 600000
+#define DEFAULT_SENT_RETENTION_S 3600
+#define DEFAULT_DEDUP_RETENTION_S (7 * 24 * 3600)
+#define DEFAULT_ALERT_DELAY_S 60
+#define MAX_RETENTION_S (INT_MAX / 2)
 
 /* Variables */
 
@@ -45,6 +49,9 @@ int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
 int outbox_backoff_max = DEFAULT_BACKOFF_MAX_MS;
 int outbox_batch_size = DEFAULT_BATCH_SIZE;
 int outbox_poll_interval = DEFAULT_POLL_INTERVAL_MS;
+int outbox_sent_retention = DEFAULT_SENT_RETENTION_S;
+int outbox_dedup_retention = DEFAULT_DEDUP_RETENTION_S;
+int outbox_alert_delay = DEFAULT_ALERT_DELAY_S;
 
 /* Prototypes */
 
@@ -157,6 +164,30 @@ define_relay_settings(void)
 		gettext_noop("Commits wake the relay at once; the poll serves retries."),
 		&outbox_poll_interval, DEFAULT_POLL_INTERVAL_MS, 10,
 		MAX_POLL_INTERVAL_MS, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.sent_retention",
+		gettext_noop(
+			"How long sent events are kept before the relay removes them."),
+		gettext_noop(
+			"Also how long enqueue's idempotency on (biz_type, biz_key) lasts."),
+		&outbox_sent_retention, DEFAULT_SENT_RETENTION_S, 0, MAX_RETENTION_S,
+		PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.dedup_retention",
+		gettext_noop(
+			"How long consumer claims are kept before the relay removes them."),
+		gettext_noop("Must exceed how long Kafka can redeliver an event."),
+		&outbox_dedup_retention, DEFAULT_DEDUP_RETENTION_S, 0, MAX_RETENTION_S,
+		PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.alert_delay",
+		gettext_noop("Age of the oldest unsent event that makes the relay warn."),
+		gettext_noop("0 turns the warning off."), &outbox_alert_delay,
+		DEFAULT_ALERT_DELAY_S, 0, MAX_RETENTION_S, PGC_SIGHUP, GUC_UNIT_S,
+		NULL, NULL, NULL);
 }
 
 /*

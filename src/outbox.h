@@ -14,6 +14,7 @@
 #include "port/atomics.h"
 #include "storage/spin.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 /* Constants */
 
@@ -36,8 +37,22 @@ typedef enum OutboxRelayState
 	RELAY_STATE_IDLE,
 	RELAY_STATE_SENDING,
 	RELAY_STATE_UNREACHABLE,
-	RELAY_STATE_UNCONFIGURED
+	RELAY_STATE_UNCONFIGURED,
+	RELAY_STATE_BACKING_OFF,
+	RELAY_STATE_PAUSED
 } OutboxRelayState;
+
+/* Seconds of delivery counts kept for the "last minute" figures. */
+#define OUTBOX_MINUTE_SLOTS 60
+#define OUTBOX_ERROR_LEN 256
+
+/* Deliveries in one second, for the last-minute figures. */
+typedef struct OutboxSecond
+{
+	int64 second; /* Unix time of this slot's second */
+	uint64 sent;
+	uint64 failed;
+} OutboxSecond;
 
 /* Shared memory: one struct for the cluster. */
 typedef struct OutboxShared
@@ -51,6 +66,13 @@ typedef struct OutboxShared
 	pg_atomic_uint64 sent_total;
 	pg_atomic_uint64 failed_total;
 	pg_atomic_uint64 retried_total;
+	/* The rest is protected by mutex. */
+	TimestampTz started_at;
+	TimestampTz last_batch_at;
+	TimestampTz last_error_at;
+	char last_error[OUTBOX_ERROR_LEN];
+	char broker_state[16];
+	OutboxSecond seconds[OUTBOX_MINUTE_SLOTS];
 } OutboxShared;
 
 /* Settings (outbox.c) */
@@ -65,15 +87,26 @@ extern int outbox_backoff_min;
 extern int outbox_backoff_max;
 extern int outbox_batch_size;
 extern int outbox_poll_interval;
+extern int outbox_sent_retention;
+extern int outbox_dedup_retention;
+extern int outbox_alert_delay;
 
 /* Shared memory and wake-up at commit (shmem.c) */
 
 extern OutboxShared *outbox_shared;
 extern void outbox_shmem_init(void);
 extern void outbox_wake_init(void);
-extern void outbox_note_enqueue(void);
+extern void outbox_wake_relay_at_commit(void);
 extern void outbox_wake_relay(void);
 extern void outbox_relay_attach(void);
+
+/* The relay's status in shared memory (status.c) */
+
+extern void outbox_status_started(void);
+extern void outbox_status_state(OutboxRelayState state);
+extern void outbox_status_error(const char *error);
+extern void outbox_status_batch(uint64 sent, uint64 failed);
+extern void outbox_status_broker(const char *state);
 
 /* Keeping outbox.kafka_properties out of the log (redact.c) */
 

@@ -39,10 +39,11 @@ typedef struct RelayBatch
 /* How a round of sending went, for the loop's pacing and status. */
 typedef enum RelayOutcome
 {
-	RELAY_IDLE,       /* nothing to send */
-	RELAY_SENT,       /* sent everything that was due */
-	RELAY_MORE,       /* sent a full batch; more is waiting */
-	RELAY_UNREACHABLE /* the broker did not answer in time */
+	RELAY_IDLE,        /* nothing to send */
+	RELAY_SENT,        /* sent everything that was due */
+	RELAY_MORE,        /* sent a full batch; more is waiting */
+	RELAY_UNREACHABLE, /* the broker did not answer in time */
+	RELAY_BACKOFF      /* nothing due: retries wait for their time */
 } RelayOutcome;
 
 /* batch.c */
@@ -65,6 +66,11 @@ extern RelayOutcome relay_retries(void);
 extern void relay_record_failure(const OutboxMessage *msg, int attempts);
 extern void relay_set_state(int64 id, const char *status, int attempts,
 							int delay_ms, const char *error);
+
+/* housekeeping.c */
+extern bool relay_paused(void);
+extern void relay_housekeeping(void);
+extern void relay_check_alert(void);
 
 /* worker.c */
 extern bool relay_settings_changed(void);

@@ -65,7 +65,7 @@ relay_retries(void)
 	for (int i = 0; i < batch->count; i++)
 		sent += batch->held[i] ? 0 : 1;
 	if (sent == 0)
-		return RELAY_IDLE;
+		return batch->count > 0 ? RELAY_BACKOFF : RELAY_IDLE;
 
 	relay_batch_send(batch, relay_key_set());
 

@@ -56,11 +56,11 @@ outbox_wake_init(void)
 }
 
 /*
- * outbox_note_enqueue: the current transaction enqueued; wake the relay if
- * it commits.
+ * outbox_wake_relay_at_commit: wake the relay if the current transaction
+ * commits (it enqueued, or changed what the relay must do).
  */
 void
-outbox_note_enqueue(void)
+outbox_wake_relay_at_commit(void)
 {
 	wake_at_commit = true;
 }

@@ -73,6 +73,7 @@ outbox_relay_main(Datum main_arg)
 	round_context = AllocSetContextCreate(
 		TopMemoryContext, "outbox relay round", ALLOCSET_DEFAULT_SIZES);
 	outbox_relay_attach();
+	outbox_status_started();
 	on_proc_exit(stop_producer, (Datum) 0);
 	log_start();
 
@@ -89,6 +90,9 @@ outbox_relay_main(Datum main_arg)
 		if (ensure_producer())
 			outcome = relay_round();
 		outbox_kafka_serve();
+		outbox_status_broker(outbox_kafka_broker_state());
+		if (outcome != RELAY_MORE)
+			relay_housekeeping();
 
 		timeout = pause_after(outcome, &unreachable_ms);
 		if (timeout == 0)
@@ -133,17 +137,31 @@ relay_batch_context(void)
 void
 relay_count(RelayBatch *batch, int upto)
 {
+	uint64 sent = 0;
+	uint64 failed = 0;
+	uint64 retried = 0;
+	const char *error = NULL;
+
 	for (int i = 0; i < upto; i++)
 	{
 		if (batch->held[i])
 			continue;
 		if (batch->msgs[i].error == 0)
-			pg_atomic_fetch_add_u64(&outbox_shared->sent_total, 1);
+			sent++;
 		else
-			pg_atomic_fetch_add_u64(&outbox_shared->failed_total, 1);
+		{
+			failed++;
+			error = batch->msgs[i].error_text;
+		}
 		if (batch->attempts[i] > 0)
-			pg_atomic_fetch_add_u64(&outbox_shared->retried_total, 1);
+			retried++;
 	}
+	pg_atomic_fetch_add_u64(&outbox_shared->sent_total, sent);
+	pg_atomic_fetch_add_u64(&outbox_shared->failed_total, failed);
+	pg_atomic_fetch_add_u64(&outbox_shared->retried_total, retried);
+	outbox_status_batch(sent, failed);
+	if (error != NULL)
+		outbox_status_error(error);
 }
 
 /*
@@ -168,6 +186,9 @@ ensure_producer(void)
 	{
 		/* Said once in the log; tried again after the next reload. */
 		wait_for_reload = true;
+		outbox_status_error(outbox_kafka_brokers[0] == '\0'
+								? "outbox.kafka_brokers is not set"
+								: "unusable Kafka settings; see the server log");
 		set_state(RELAY_STATE_UNCONFIGURED);
 		return false;
 	}
@@ -191,6 +212,11 @@ relay_round(void)
 	RelayOutcome firsts;
 
 	MemoryContextReset(round_context);
+	if (relay_paused())
+	{
+		set_state(RELAY_STATE_PAUSED);
+		return RELAY_IDLE;
+	}
 	set_state(RELAY_STATE_SENDING);
 	retries = relay_retries();
 	firsts = relay_first_sends();
@@ -219,10 +245,16 @@ pause_after(RelayOutcome outcome, int *unreachable_ms)
 								  ? outbox_backoff_min
 								  : Min(*unreachable_ms * 2, outbox_backoff_max);
 			set_state(RELAY_STATE_UNREACHABLE);
+			outbox_status_error("the broker did not acknowledge in time");
 			return *unreachable_ms;
+		case RELAY_BACKOFF:
+			*unreachable_ms = 0;
+			set_state(RELAY_STATE_BACKING_OFF);
+			return outbox_poll_interval;
 		default:
 			*unreachable_ms = 0;
-			set_state(RELAY_STATE_IDLE);
+			if (outbox_shared->relay_state != RELAY_STATE_PAUSED)
+				set_state(RELAY_STATE_IDLE);
 			return outbox_poll_interval;
 	}
 }
@@ -255,5 +287,5 @@ log_start(void)
 static void
 set_state(OutboxRelayState state)
 {
-	outbox_shared->relay_state = state;
+	outbox_status_state(state);
 }

@@ -100,3 +100,15 @@ t_slow_broker() {
     expect "failed attempts recorded" "$(sql "SELECT coalesce(sum(attempts), 0) FROM outbox.events WHERE topic = '$topic'")" 0
     expect "order" "$(cut -f6 "$out" | tr -d '{}"seq:' | tr '\n' ' ')" "$(seq -s ' ' 1 20) "
 }
+
+# Dead events, replayed once the fault is gone, arrive once each with
+# their ids; attempts start again from zero.
+t_replay_after_fault() {
+    local topic=mock.persistent out=$IT_TMP/replay.tsv
+    expect "dead before replay" "$(sql "SELECT count(*) FROM outbox.dead_letters WHERE topic = '$topic'")" 3
+    expect "replayed" "$(sql "SELECT count(*) FILTER (WHERE outbox.replay(id)) FROM outbox.dead_letters WHERE topic = '$topic'")" 3
+    mock_consume $topic 3 20000 >"$out" || fail "replayed events did not arrive"
+    wait_until 10 "$(all_sent $topic 3)" || fail "replayed events not marked sent"
+    expect "distinct replayed events" "$(cut -f5 "$out" | cut -d, -f1 | sort -u | wc -l)" 3
+    expect "attempts after replay" "$(sql "SELECT max(attempts) FROM outbox.events WHERE topic = '$topic'")" 0
+}

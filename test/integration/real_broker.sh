@@ -232,3 +232,77 @@ t_promotion() {
     set_setting outbox.kafka_brokers "$IT_BROKERS"
     wait_until 30 "$(all_sent $topic 100)" || fail "the old primary did not catch up"
 }
+
+# stats and relay_status while the broker is down: the backlog and its age
+# grow, the relay says the broker is unreachable and warns in the log; then
+# everything drains and the warning is followed by a recovery line.
+t_stats_broker_down() {
+    local topic=it.stats
+    set_setting outbox.alert_delay 2
+    kafka_kill
+    sql "SELECT count(outbox.enqueue('T', 'st-' || i, '{}', topic => '$topic')) FROM generate_series(1, 50) i" >/dev/null
+    wait_until 20 "SELECT backlog >= 50 AND max_delay_sec > 3 FROM outbox.stats" \
+        || fail "stats did not show the backlog: $(sql "SELECT backlog || ' ' || max_delay_sec FROM outbox.stats")"
+    wait_until 20 "SELECT state = 'broker unreachable' AND broker_state = 'down' FROM outbox.relay_status()" \
+        || fail "relay_status did not show the broker down: $(sql "SELECT state || '/' || broker_state FROM outbox.relay_status()")"
+    wait_until 20 "SELECT true" && sleep 6
+    grep -q 'WARNING:  outbox backlog: the oldest unsent event is' "$CLUSTER_DIR/server.log" || fail "no backlog warning in the log"
+    kafka_start || fail "broker did not restart"
+    wait_until 60 "SELECT backlog = 0 AND max_delay_sec = 0 FROM outbox.stats" || fail "backlog did not drain"
+    expect "sent in the last minute, at least" "$(sql "SELECT sent_last_minute >= 50 FROM outbox.stats")" t
+    expect "relay after recovery" "$(sql "SELECT broker_state || ' ' || (last_batch_at > now() - interval '1 minute') FROM outbox.relay_status()")" "up true"
+    wait_until 20 "SELECT true" && sleep 6
+    grep -q 'LOG:  outbox backlog recovered' "$CLUSTER_DIR/server.log" || fail "no recovery line in the log"
+    set_setting outbox.alert_delay 60
+}
+
+# pause holds events back, across a server restart; resume delivers them.
+t_pause_resume() {
+    local topic=it.pause out=$IT_TMP/pause.tsv
+    sql "SELECT outbox.pause()" >/dev/null
+    sql "SELECT count(outbox.enqueue('T', 'pa-' || i, '{}', topic => '$topic')) FROM generate_series(1, 20) i" >/dev/null
+    wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "relay not paused"
+    cluster_ctl -m fast restart >/dev/null
+    sleep 3
+    expect "sent while paused" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    expect "state after restart" "$(sql "SELECT state FROM outbox.relay_status()")" paused
+    sql "SELECT outbox.resume()" >/dev/null
+    consume $topic 20 20000 >"$out" || fail "events did not arrive after resume"
+    wait_until 10 "$(all_sent $topic 20)" || fail "events not all marked sent"
+}
+
+# Retention: the relay removes sent events and claims older than their
+# retention, and keeps what is newer.
+t_retention() {
+    local topic=it.retention
+    sql "SELECT count(outbox.enqueue('T', 're-' || i, '{}', topic => '$topic')) FROM generate_series(1, 30) i" >/dev/null
+    sql "SELECT count(outbox.claim('retention-test', i)) FROM generate_series(1, 10) i" >/dev/null
+    wait_until 20 "$(all_sent $topic 30)" || fail "events not sent"
+    set_setting outbox.sent_retention 2
+    set_setting outbox.dedup_retention 2
+    wait_until 30 "SELECT count(*) = 0 FROM outbox.event_log WHERE topic = '$topic'" || fail "sent events were not removed"
+    wait_until 30 "SELECT count(*) = 0 FROM outbox.consumer_dedup WHERE consumer = 'retention-test'" || fail "claims were not removed"
+    set_setting outbox.sent_retention 3600
+    set_setting outbox.dedup_retention 604800
+    sql "SELECT outbox.enqueue('T', 're-kept', '{}', topic => '$topic')" >/dev/null
+    sql "SELECT outbox.claim('retention-test', 100)" >/dev/null
+    wait_until 20 "$(all_sent $topic 1)" || fail "new event not sent"
+    sleep 11
+    expect "new event kept" "$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")" 1
+    expect "new claim kept" "$(sql "SELECT count(*) FROM outbox.consumer_dedup WHERE consumer = 'retention-test'")" 1
+}
+
+# The postgres_exporter queries run, and every metric is one of their columns.
+t_exporter_queries() {
+    local yaml=contrib/postgres_exporter/queries.yaml name query columns metric
+    while IFS=$'\t' read -r name query; do
+        columns=$("$PGBIN/psql" -X -q -d "$IT_DB" --csv -c "$query" 2>&1 | head -n 1) \
+            || { fail "query of $name failed: $columns"; continue; }
+        for metric in $(awk -v block="$name:" '$0 == block {on=1; next} /^[a-z_]+:$/ {on=0}
+                         on && /^    - [a-z_]+:$/ {sub(/^    - /, ""); sub(/:$/, ""); print}' "$yaml"); do
+            [[ ",$columns," == *",$metric,"* ]] || fail "$name: metric $metric is not a column ($columns)"
+        done
+    done < <(awk '/^[a-z_]+:$/ {name=$0; sub(/:$/, "", name)}
+                  /^  query: / {q=$0; sub(/^  query: "/, "", q); sub(/"$/, "", q); print name "\t" q}' "$yaml")
+    expect "relay rows" "$(sql "SELECT count(*) FROM outbox.relay_status()")" 1
+}

@@ -1,0 +1,108 @@
+-- Operations: stats, dead letters and replay, pause and resume, retention,
+-- and who may use them.  No relay runs here: delivery states are set by
+-- hand, as the relay would set them.
+
+CREATE FUNCTION pg_temp.mark_all_sent() RETURNS void LANGUAGE sql AS $$
+    UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
+           window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
+$$;
+
+TRUNCATE outbox.event_log, outbox.event_state, outbox.consumer_dedup;
+SELECT pg_temp.mark_all_sent();
+
+-- Nothing enqueued: all figures zero; no relay runs without preloading.
+SELECT * FROM outbox.stats;
+SELECT count(*) AS relays FROM outbox.relay_status();
+
+-- Three events wait; the oldest sets max_delay_sec.
+SELECT count(outbox.enqueue('OrderCreated', 'ops-' || i, '{}', topic => 'ops')) FROM generate_series(1, 3) i;
+UPDATE outbox.event_log SET created_at = now() - interval '90 seconds' WHERE biz_key = 'ops-1';
+SELECT backlog, max_delay_sec BETWEEN 90 AND 100 AS delay_from_oldest, dead, retrying FROM outbox.stats;
+
+-- Sent: the backlog is gone.
+SELECT pg_temp.mark_all_sent();
+SELECT backlog, max_delay_sec, dead FROM outbox.stats;
+
+-- One waiting for a retry, one dead: as the relay records them.
+INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
+SELECT id, 'new', 2, now() + interval '1 minute', 'Broker: Request timed out'
+  FROM outbox.event_log WHERE biz_key = 'ops-2';
+INSERT INTO outbox.event_state (id, status, attempts, last_error, updated_at)
+SELECT id, 'dead', 10, 'Broker: Message size too large', now() - interval '1 hour'
+  FROM outbox.event_log WHERE biz_key = 'ops-3';
+SELECT backlog, dead, retrying FROM outbox.stats;
+SELECT biz_key, attempts, last_error FROM outbox.dead_letters;
+SELECT biz_key, status, attempts FROM outbox.events ORDER BY biz_key;
+
+-- replay: a dead event goes back to new with attempts reset, same id.
+SELECT id AS dead_id FROM outbox.dead_letters \gset
+SELECT outbox.replay(:dead_id) AS replayed;
+SELECT id = :dead_id AS same_id, status, attempts, last_error FROM outbox.events WHERE biz_key = 'ops-3';
+SELECT outbox.replay(:dead_id) AS replayed_again;
+SELECT outbox.replay(-1) AS replayed_unknown;
+SELECT err($$SELECT outbox.replay(NULL)$$);
+
+-- replay_dead: in bulk, by biz_type and by time of death.
+UPDATE outbox.event_state SET status = 'dead', updated_at = now() - interval '1 hour';
+SELECT outbox.replay_dead(biz_type => 'NoSuchType') AS none_of_that_type;
+SELECT outbox.replay_dead(since => now() - interval '10 minutes') AS none_died_recently;
+SELECT outbox.replay_dead('OrderCreated') AS replayed;
+SELECT count(*) AS still_dead FROM outbox.dead_letters;
+
+-- pause and resume: a flag the relay reads, kept in a table.
+SELECT outbox.pause();
+SELECT paused, changed_by = session_user AS by_me FROM outbox.relay_control;
+SELECT outbox.resume();
+SELECT paused FROM outbox.relay_control;
+
+-- Retention: old sent events and old claims go; recent ones, waiting and
+-- dead ones stay.
+DELETE FROM outbox.event_state;
+SELECT count(outbox.enqueue('Old', 'old-' || i, '{}', topic => 'ops')) FROM generate_series(1, 5) i;
+SELECT count(outbox.enqueue('Recent', 'recent-' || i, '{}', topic => 'ops')) FROM generate_series(1, 2) i;
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_type IN ('Old', 'OrderCreated');
+SELECT pg_temp.mark_all_sent();
+INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'dead', 10 FROM outbox.event_log WHERE biz_key = 'old-1';
+INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'new', 1 FROM outbox.event_log WHERE biz_key = 'old-2';
+INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'sent', 1 FROM outbox.event_log WHERE biz_key = 'old-3';
+SELECT count(outbox.enqueue('Unsent', 'unsent-1', '{}', topic => 'ops'));
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_key = 'unsent-1';
+SELECT outbox.claim('inventory', 1), outbox.claim('inventory', 2);
+UPDATE outbox.consumer_dedup SET processed_at = now() - interval '8 days' WHERE event_id = 1;
+SELECT outbox._purge(interval '1 hour', interval '7 days', 2) AS removed_first_round;
+SELECT outbox._purge(interval '1 hour', interval '7 days', 1000) AS removed_second_round;
+SELECT outbox._purge(interval '1 hour', interval '7 days', 1000) AS removed_third_round;
+SELECT biz_key FROM outbox.event_log ORDER BY biz_key;
+SELECT count(*) AS state_rows_of_removed FROM outbox.event_state s
+ WHERE NOT EXISTS (SELECT 1 FROM outbox.event_log l WHERE l.id = s.id);
+SELECT event_id FROM outbox.consumer_dedup;
+
+-- Only an operator may look, pause, resume or replay.
+CREATE ROLE outbox_ops_nobody;
+CREATE ROLE outbox_ops_operator;
+GRANT USAGE ON SCHEMA outbox TO outbox_ops_nobody, outbox_ops_operator;
+GRANT SELECT ON outbox.stats, outbox.dead_letters, outbox.events TO outbox_ops_operator;
+GRANT EXECUTE ON FUNCTION outbox.relay_status(), outbox.pause(), outbox.resume(),
+      outbox.replay(bigint), outbox.replay_dead(text, timestamptz) TO outbox_ops_operator;
+SET ROLE outbox_ops_nobody;
+SELECT err($$SELECT outbox.pause()$$);
+SELECT err($$SELECT outbox.resume()$$);
+SELECT err($$SELECT outbox.replay(1)$$);
+SELECT err($$SELECT outbox.replay_dead()$$);
+SELECT err($$SELECT * FROM outbox.stats$$);
+SELECT err($$SELECT * FROM outbox.relay_status()$$);
+SELECT err($$SELECT * FROM outbox.dead_letters$$);
+SELECT err($$SELECT outbox._purge(interval '1 hour', interval '1 hour', 1)$$);
+SELECT err($$UPDATE outbox.relay_control SET paused = true$$);
+RESET ROLE;
+SET ROLE outbox_ops_operator;
+SELECT outbox.pause();
+SELECT outbox.resume();
+SELECT outbox.replay_dead() AS replayed;
+SELECT backlog >= 0 AS stats_readable FROM outbox.stats;
+SELECT count(*) AS dead FROM outbox.dead_letters;
+SELECT err($$SELECT outbox._purge(interval '1 hour', interval '1 hour', 1)$$);
+SELECT err($$UPDATE outbox.relay_control SET paused = true$$);
+RESET ROLE;
+DROP OWNED BY outbox_ops_nobody, outbox_ops_operator;
+DROP ROLE outbox_ops_nobody, outbox_ops_operator;
