@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 RESET client_min_messages;
 BEGIN;
-SELECT plan(40);
+SELECT plan(49);
 
 SELECT has_schema('outbox');
 SELECT has_table('outbox', 'event_log', 'event_log table');
@@ -71,6 +71,17 @@ SELECT table_privs_are('outbox', 'consumer_dedup', 'public', '{}'::text[], 'PUBL
 SELECT throws_ok($$SELECT outbox.enqueue(NULL, 'k', '{}')$$, '22004', 'biz_type must not be null', 'null biz_type: 22004');
 SELECT throws_ok($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'no spaces')$$, '22023', NULL, 'bad topic: 22023');
 SELECT throws_ok($$SELECT outbox.claim('c', NULL)$$, '22004', 'event_id must not be null', 'null event_id: 22004');
+
+SELECT has_view('outbox', 'stats', 'stats view');
+SELECT columns_are('outbox', 'stats', ARRAY['backlog', 'max_delay_sec', 'dead', 'sent_last_minute',
+    'failed_last_minute', 'retrying'], 'stats has the documented columns');
+SELECT has_view('outbox', 'dead_letters', 'dead_letters view');
+SELECT has_function('outbox', 'relay_status', '{}'::text[], 'relay_status()');
+SELECT has_function('outbox', 'pause', '{}'::text[], 'pause()');
+SELECT has_function('outbox', 'resume', '{}'::text[], 'resume()');
+SELECT function_returns('outbox', 'replay', ARRAY['bigint'], 'boolean', 'replay(event_id) returns boolean');
+SELECT function_returns('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'bigint', 'replay_dead returns a count');
+SELECT function_privs_are('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot replay');
 
 SELECT * FROM finish();
 ROLLBACK;
