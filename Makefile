@@ -32,7 +32,7 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo bench bench-retention format format-check tools
+.PHONY: test demo bench bench-retention bench-enqueue format format-check tools
 
 test:
 	test/run
@@ -45,6 +45,9 @@ bench:
 
 bench-retention:
 	bench/retention
+
+bench-enqueue:
+	bench/enqueue
 
 format:
 	clang-format -i src/*.c src/*.h
