@@ -247,13 +247,20 @@ SELECT (SELECT count(*) FROM unrelayed) + (SELECT count(*) FROM waiting) AS back
 COMMENT ON VIEW outbox.stats IS
     'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.';
 
+-- Set the pause flag and wake the relay to notice it.
+CREATE FUNCTION outbox._set_paused(paused boolean) RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE outbox.relay_control
+       SET paused = _set_paused.paused, changed_at = now(), changed_by = session_user;
+    SELECT outbox._wake_at_commit();
+$$;
+
 CREATE FUNCTION outbox.pause() RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.relay_control SET paused = true, changed_at = now(), changed_by = session_user;
-    SELECT outbox._wake_at_commit();
-$$;
+AS $$ SELECT outbox._set_paused(true) $$;
 
 COMMENT ON FUNCTION outbox.pause() IS
     'Stop relaying (events wait) until outbox.resume(); kept across restarts.';
@@ -261,10 +268,7 @@ COMMENT ON FUNCTION outbox.pause() IS
 CREATE FUNCTION outbox.resume() RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE outbox.relay_control SET paused = false, changed_at = now(), changed_by = session_user;
-    SELECT outbox._wake_at_commit();
-$$;
+AS $$ SELECT outbox._set_paused(false) $$;
 
 COMMENT ON FUNCTION outbox.resume() IS 'Relay again after outbox.pause().';
 
