@@ -7,8 +7,9 @@
  * its own (the broker refused it) it becomes dead; failures for the
  * broker's sake (timeouts, broker unreachable) are counted and shown but
  * never make an event dead, so an outage, however long, loses nothing.
- * Only the oldest waiting event of a key is tried; the later ones wait
- * behind it, which keeps per-key order across retries.
+ * An event that failed before is tried alone for its key: the later events
+ * of the key wait behind it, which keeps per-key order across retries, and
+ * once it is delivered they go out together in the next round.
  *
  * src/retry.c
  */
@@ -77,7 +78,12 @@ relay_retries(void)
 	relay_count(batch, batch->count);
 	for (int i = 0; i < batch->count; i++)
 		transient += (!batch->held[i] && batch->msgs[i].transient) ? 1 : 0;
-	return transient == sent ? RELAY_UNREACHABLE : RELAY_SENT;
+	if (transient == sent)
+		return RELAY_UNREACHABLE;
+	/* Read again at once only if this batch moved most of what it read. */
+	if (batch->count >= outbox_batch_size && sent * 2 >= batch->count)
+		return RELAY_MORE;
+	return RELAY_SENT;
 }
 
 /*
@@ -131,7 +137,9 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
 
 /*
  * read_due: the waiting events, with every one that is not due, or that
- * waits behind an older event of its key, marked held.
+ * waits behind an older event of its key, marked held.  Events that only
+ * waited behind another (no failure of their own) travel together; one
+ * that failed before blocks its key until it is delivered.
  */
 static RelayBatch *
 read_due(void)
@@ -141,7 +149,7 @@ read_due(void)
 	Datum limit = Int64GetDatum(outbox_batch_size);
 	MemoryContext old;
 	RelayBatch *batch;
-	HTAB *seen;
+	HTAB *blocked;
 	int rc;
 
 	plan = outbox_keep_plan(&waiting_plan, waiting_sql, 1, &type, false);
@@ -152,7 +160,7 @@ read_due(void)
 
 	old = MemoryContextSwitchTo(relay_batch_context());
 	batch = relay_batch_load(SPI_tuptable, SPI_processed);
-	seen = relay_key_set();
+	blocked = relay_key_set();
 	for (int i = 0; i < batch->count; i++)
 	{
 		bool isnull;
@@ -160,8 +168,9 @@ read_due(void)
 											  SPI_tuptable->tupdesc,
 											  RETRY_COL_DUE, &isnull));
 
-		batch->held[i] = !due || relay_key_has(seen, batch->key_hash[i]);
-		relay_key_add(seen, batch->key_hash[i]);
+		batch->held[i] = !due || relay_key_has(blocked, batch->key_hash[i]);
+		if (batch->held[i] || batch->attempts[i] > 0)
+			relay_key_add(blocked, batch->key_hash[i]);
 	}
 	MemoryContextSwitchTo(old);
 	return batch;

@@ -222,7 +222,7 @@ relay_round(void)
 	firsts = relay_first_sends();
 	if (retries == RELAY_UNREACHABLE || firsts == RELAY_UNREACHABLE)
 		return RELAY_UNREACHABLE;
-	if (firsts == RELAY_IDLE)
+	if (retries == RELAY_MORE || firsts == RELAY_IDLE)
 		return retries;
 	return firsts;
 }
