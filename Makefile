@@ -32,13 +32,17 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo bench bench-retention bench-enqueue format format-check tools
+.PHONY: test demo chaos bench bench-retention bench-enqueue format format-check tools
 
 test:
 	test/run
 
 demo:
 	scripts/demo
+
+# The chaos suite, long version (make test runs one round).
+chaos:
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
 
 bench:
 	bench/run
@@ -55,8 +59,11 @@ format:
 format-check:
 	clang-format --dry-run --Werror src/*.c src/*.h
 
-# Test tools: a Kafka consumer and a librdkafka mock-cluster broker.
-TOOLS = test/tools/outbox-consume test/tools/outbox-mock-broker
+# Test tools: a Kafka consumer, a librdkafka mock-cluster broker, and the
+# chaos suite's order writer and inventory consumer.
+TOOLS = test/tools/outbox-consume test/tools/outbox-mock-broker \
+        test/tools/outbox-chaos-writer test/tools/outbox-chaos-inventory
+LIBPQ = -I$(shell $(PG_CONFIG) --includedir) -L$(shell $(PG_CONFIG) --libdir) -lpq
 
 tools: $(TOOLS)
 
@@ -65,5 +72,11 @@ test/tools/outbox-consume: test/tools/consume.c
 
 test/tools/outbox-mock-broker: test/tools/mock_broker.c
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lrdkafka
+
+test/tools/outbox-chaos-writer: test/tools/chaos_writer.c
+	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ)
+
+test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c
+	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ) -lrdkafka
 
 EXTRA_CLEAN = $(TOOLS)
