@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -61,6 +62,15 @@ outbox_claim(PG_FUNCTION_ARGS)
 	first = (SPI_processed == 1);
 	SPI_finish();
 
+	/*
+	 * "Already applied" must be as durable as a claim: with no xid the
+	 * caller's COMMIT would not wait for synchronous replication, and the
+	 * claim seen here may exist only on a primary just recovered from a
+	 * crash.  Lost in a failover, it would take the business effect with
+	 * it while the consumer moved past the event.
+	 */
+	if (!first)
+		(void) GetTopTransactionId();
 	PG_RETURN_BOOL(first);
 }
 

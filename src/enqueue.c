@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -212,7 +213,15 @@ existing_event(EnqueueArgs *args, int64 *id)
 		return false;
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 								   SPI_tuptable->tupdesc, 2, &isnull)))
+	{
+		/*
+		 * The retry's COMMIT must wait for synchronous replication as the
+		 * first one did: the event found may exist only on a primary just
+		 * recovered from a crash, and an acknowledged retry promises it.
+		 */
+		(void) GetTopTransactionId();
 		return true;
+	}
 
 	ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),
 					errmsg("outbox event (biz_type, biz_key)=(%s, %s) already "
