@@ -44,23 +44,25 @@ static const char *const set_state_sql =
 static SPIPlanPtr waiting_plan = NULL;
 static SPIPlanPtr set_state_plan = NULL;
 
-static RelayBatch *read_due(void);
+static RelayBatch *read_due(int *queued);
 static void record_retries(RelayBatch *batch);
 
 /*
- * relay_retries: send the events whose retry is due, oldest of each key
- * only, and record what became of them.
+ * relay_retries: send the events whose retry is due (one that failed
+ * before alone for its key) and record what became of them.
  */
 RelayOutcome
 relay_retries(void)
 {
 	RelayBatch *batch;
+	int queued;
 	int sent = 0;
+	int delivered = 0;
 	int transient = 0;
 
 	if (!relay_begin("reading due retries"))
 		return RELAY_IDLE;
-	batch = read_due();
+	batch = read_due(&queued);
 	relay_commit();
 
 	for (int i = 0; i < batch->count; i++)
@@ -77,10 +79,18 @@ relay_retries(void)
 
 	relay_count(batch, batch->count);
 	for (int i = 0; i < batch->count; i++)
-		transient += (!batch->held[i] && batch->msgs[i].transient) ? 1 : 0;
+	{
+		if (batch->held[i])
+			continue;
+		transient += batch->msgs[i].transient ? 1 : 0;
+		delivered += batch->msgs[i].error == 0 ? 1 : 0;
+	}
 	if (transient == sent)
 		return RELAY_UNREACHABLE;
-	/* Read again at once only if this batch moved most of what it read. */
+	/* Due events waited behind delivered ones: their turn is now. */
+	if (delivered > 0 && queued > 0)
+		return RELAY_MORE;
+	/* A full batch that moved most of what it read: read on at once. */
 	if (batch->count >= outbox_batch_size && sent * 2 >= batch->count)
 		return RELAY_MORE;
 	return RELAY_SENT;
@@ -139,10 +149,11 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
  * read_due: the waiting events, with every one that is not due, or that
  * waits behind an older event of its key, marked held.  Events that only
  * waited behind another (no failure of their own) travel together; one
- * that failed before blocks its key until it is delivered.
+ * that failed before blocks its key until it is delivered.  *queued
+ * counts the due events held back only by their key.
  */
 static RelayBatch *
-read_due(void)
+read_due(int *queued)
 {
 	SPIPlanPtr plan;
 	Oid type = INT8OID;
@@ -161,6 +172,7 @@ read_due(void)
 	old = MemoryContextSwitchTo(relay_batch_context());
 	batch = relay_batch_load(SPI_tuptable, SPI_processed);
 	blocked = relay_key_set();
+	*queued = 0;
 	for (int i = 0; i < batch->count; i++)
 	{
 		bool isnull;
@@ -169,6 +181,7 @@ read_due(void)
 											  RETRY_COL_DUE, &isnull));
 
 		batch->held[i] = !due || relay_key_has(blocked, batch->key_hash[i]);
+		*queued += (due && batch->held[i]) ? 1 : 0;
 		if (batch->held[i] || batch->attempts[i] > 0)
 			relay_key_add(blocked, batch->key_hash[i]);
 	}
