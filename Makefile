@@ -32,7 +32,7 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-.PHONY: test demo chaos bench bench-retention bench-enqueue format format-check tools
+.PHONY: test demo chaos fuzz bench bench-retention bench-enqueue format format-check tools
 
 test:
 	test/run
@@ -43,6 +43,10 @@ demo:
 # The chaos suite, long version (make test runs one round).
 chaos:
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
+
+# The fuzz run of enqueue and claim, long version (make test runs 3,000 cases).
+fuzz:
+	FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
 
 bench:
 	bench/run

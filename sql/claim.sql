@@ -52,5 +52,12 @@ SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated')$$);
 SELECT err($$SELECT outbox.claim('c', 1, NULL, 'order-1')$$);
 SELECT err($$SELECT outbox.claim('c', 1, '', 'order-1')$$);
 SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated', '')$$);
-SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 1025)));
+SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 257)));
+-- The longest consumer with the longest keys, all incompressible, still
+-- fits in consumer_dedup's unique index on (consumer, biz_type, biz_key).
+BEGIN;
+SELECT outbox.claim((SELECT string_agg(md5('c' || i), '') FROM generate_series(1, 8) i), 1,
+                    (SELECT string_agg(md5('t' || i), '') FROM generate_series(1, 32) i),
+                    (SELECT string_agg(md5('k' || i), '') FROM generate_series(1, 32) i)) AS longest_keys;
+ROLLBACK;
 SELECT count(*) FROM outbox.consumer_dedup WHERE consumer IN ('c', '');

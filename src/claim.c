@@ -84,7 +84,7 @@ check_claim_args(FunctionCallInfo fcinfo)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						errmsg("consumer must not be null")));
-	outbox_check_key("consumer", text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	outbox_check_consumer(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

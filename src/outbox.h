@@ -24,6 +24,13 @@
 /* Longest biz_type, biz_key or msg_key accepted, in bytes. */
 #define OUTBOX_KEY_MAX_LEN 1024
 
+/*
+ * Longest consumer name accepted, in bytes: short enough that a claim's
+ * (consumer, biz_type, biz_key), biz_type and biz_key at their limit and
+ * incompressible, still fits in one btree entry (2704 bytes at most).
+ */
+#define OUTBOX_CONSUMER_MAX_LEN 256
+
 /* Headers an event may carry besides event_id, biz_type and biz_key. */
 #define OUTBOX_MAX_USER_HEADERS 61
 
@@ -123,6 +130,7 @@ extern const char *outbox_topic_problem(const char *topic);
 extern char *outbox_topic_from_pattern(const char *pattern,
 									   const char *biz_type);
 extern void outbox_check_key(const char *name, const char *value);
+extern void outbox_check_consumer(const char *value);
 extern void outbox_check_payload(Jsonb *payload);
 extern void outbox_check_headers(Jsonb *headers);
 

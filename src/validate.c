@@ -20,6 +20,7 @@
 static const char *const reserved_headers[] = {"event_id", "biz_type",
 											   "biz_key"};
 
+static void check_length(const char *name, const char *value, int max_len);
 static void check_header_name(const char *name, int len);
 
 /*
@@ -77,16 +78,35 @@ outbox_topic_from_pattern(const char *pattern, const char *biz_type)
 void
 outbox_check_key(const char *name, const char *value)
 {
+	check_length(name, value, OUTBOX_KEY_MAX_LEN);
+}
+
+/*
+ * outbox_check_consumer: reject an empty or oversized consumer name.
+ */
+void
+outbox_check_consumer(const char *value)
+{
+	check_length("consumer", value, OUTBOX_CONSUMER_MAX_LEN);
+}
+
+/*
+ * check_length: value, the argument called name, must have 1 to max_len
+ * bytes.
+ */
+static void
+check_length(const char *name, const char *value, int max_len)
+{
 	size_t len = strlen(value);
 
 	if (len == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s must not be empty", name)));
-	if (len > OUTBOX_KEY_MAX_LEN)
-		ereport(ERROR, (errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-						errmsg("%s is too long", name),
-						errdetail("It has %zu bytes; the limit is %d.", len,
-								  OUTBOX_KEY_MAX_LEN)));
+	if (len > (size_t) max_len)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", name),
+				 errdetail("It has %zu bytes; the limit is %d.", len, max_len)));
 }
 
 /*
