@@ -79,12 +79,18 @@ SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'a/b')$$);
 SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => 'caf' || chr(233))$$);
 SELECT regexp_replace(err(format('SELECT outbox.enqueue(%L, %L, %L, topic => %L)', 'T', 'k', '{}', repeat('t', 250))), 't{250}', 't...t');
 SELECT outbox.enqueue('T', 'k249', '{}', topic => repeat('t', 249)) IS NOT NULL AS longest_topic_ok;
+-- A name far too long is shown in part.
+SELECT regexp_replace(err(format('SELECT outbox.enqueue(%L, %L, %L, topic => %L)', 'T', 'k', '{}', repeat('ab', 200) || ' x')), '(ab)+', 'abab', 'g');
 SELECT outbox.enqueue('T', 'k-dots', '{}', topic => '...') IS NOT NULL AS three_dots_ok;
 
 -- Payload size limit, measured on the JSON text.
 SET outbox.max_payload_size = '64B';
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'big', json_build_object('s', repeat('x', 60))));
 SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS fits;
+-- Exactly at the limit fits; escaping counts (a control character takes six bytes).
+SELECT outbox.enqueue('T', 'exact', json_build_object('s', repeat('x', 56))::jsonb) IS NOT NULL AS exact_fits;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'escaped', json_build_object('s', repeat(chr(1), 10))));
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 57))));
 RESET outbox.max_payload_size;
 SHOW outbox.max_payload_size;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'huge', json_build_object('s', repeat('x', 1048576))));

@@ -273,8 +273,10 @@ load_message(OutboxMessage *msg, HeapTuple row, TupleDesc desc)
 	msg->key_len = strlen(msg->key);
 
 	initStringInfo(&value);
-	outbox_json_compact(&value, DatumGetJsonbP(SPI_getbinval(
-									row, desc, BATCH_COL_PAYLOAD, &isnull)));
+	(void) outbox_json_compact(
+		&value,
+		DatumGetJsonbP(SPI_getbinval(row, desc, BATCH_COL_PAYLOAD, &isnull)),
+		-1);
 	msg->value = value.data;
 	msg->value_len = value.len;
 

@@ -16,6 +16,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
@@ -28,6 +29,9 @@ typedef struct EnqueueArgs
 								 * payload, headers */
 	char nulls[6];   /* SPI null flags: ' ' or 'n' */
 } EnqueueArgs;
+
+/* Most bytes of an invalid topic name an error message shows. */
+#define TOPIC_SHOWN_MAX_LEN 255
 
 static const Oid enqueue_argtypes[6] = {TEXTOID, TEXTOID,  TEXTOID,
 										TEXTOID, JSONBOID, JSONBOID};
@@ -167,15 +171,21 @@ resolve_topic(FunctionCallInfo fcinfo, text *biz_type)
 										  text_to_cstring(biz_type));
 	problem = outbox_topic_problem(topic);
 	if (problem != NULL)
+	{
+		/* A name far too long is shown in part: it may be megabytes. */
+		int shown = pg_mbcliplen(topic, strlen(topic), TOPIC_SHOWN_MAX_LEN);
+
 		ereport(
 			ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid Kafka topic name \"%s\"", topic),
+			 errmsg("invalid Kafka topic name \"%.*s%s\"", shown, topic,
+					topic[shown] != '\0' ? "..." : ""),
 			 errdetail("A Kafka topic name %s.", problem),
 			 given
 				 ? 0
 				 : errhint(
 					   "The topic came from outbox.default_topic; pass topic explicitly.")));
+	}
 	return CStringGetTextDatum(topic);
 }
 

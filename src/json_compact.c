@@ -19,12 +19,16 @@
 #include "outbox.h"
 
 static void append_scalar(StringInfo out, JsonbValue *v);
+static size_t least_length(JsonbIteratorToken tok, JsonbValue *v);
 
 /*
- * outbox_json_compact: append jb to out as compact JSON text.
+ * outbox_json_compact: append jb to out as compact JSON text.  With a
+ * limit (>= 0), stop and return false as soon as the text is known to be
+ * longer than limit bytes, so that measuring an oversized payload costs
+ * no more than the limit.
  */
-void
-outbox_json_compact(StringInfo out, Jsonb *jb)
+bool
+outbox_json_compact(StringInfo out, Jsonb *jb, int limit)
 {
 	JsonbIterator *it = JsonbIteratorInit(&jb->root);
 	JsonbIteratorToken tok;
@@ -34,6 +38,9 @@ outbox_json_compact(StringInfo out, Jsonb *jb)
 
 	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
 	{
+		if (limit >= 0 &&
+			(size_t) out->len + least_length(tok, &v) > (size_t) limit)
+			return false;
 		switch (tok)
 		{
 			case WJB_BEGIN_ARRAY:
@@ -80,6 +87,22 @@ outbox_json_compact(StringInfo out, Jsonb *jb)
 				elog(ERROR, "unexpected jsonb iterator token %d", (int) tok);
 		}
 	}
+	return limit < 0 || out->len <= limit;
+}
+
+/*
+ * least_length: the fewest bytes the token adds to the text: a string
+ * takes at least its length and two quotes.  Known before escaping, which
+ * can grow a string sixfold.
+ */
+static size_t
+least_length(JsonbIteratorToken tok, JsonbValue *v)
+{
+	bool scalar = tok == WJB_KEY || tok == WJB_ELEM || tok == WJB_VALUE;
+
+	if (!scalar || v->type != jbvString)
+		return 0;
+	return (size_t) v->val.string.len + 2;
 }
 
 /*

@@ -136,7 +136,7 @@ extern void outbox_check_headers(Jsonb *headers);
 
 /* Compact JSON text (json_compact.c) */
 
-extern void outbox_json_compact(StringInfo out, Jsonb *jb);
+extern bool outbox_json_compact(StringInfo out, Jsonb *jb, int limit);
 
 /* Prepared statements kept for the life of the backend (plan.c) */
 

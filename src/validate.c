@@ -117,19 +117,19 @@ void
 outbox_check_payload(Jsonb *payload)
 {
 	StringInfoData text;
-	size_t len;
+	bool fits;
 
 	initStringInfo(&text);
-	outbox_json_compact(&text, payload);
-	len = text.len;
+	fits = outbox_json_compact(&text, payload, outbox_max_payload_size);
 	pfree(text.data);
-	if (len > (size_t) outbox_max_payload_size)
+	if (!fits)
 		ereport(
 			ERROR,
 			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
 			 errmsg("payload is too large"),
-			 errdetail("Its JSON text has %zu bytes; outbox.max_payload_size is %d.",
-					   len, outbox_max_payload_size),
+			 errdetail(
+				 "Its JSON text is longer than outbox.max_payload_size (%d bytes).",
+				 outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }
 
