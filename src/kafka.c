@@ -8,13 +8,28 @@
  * on the worker's thread; the callbacks only copy what they are given, and
  * the copies are written to the server log after librdkafka has returned.
  *
+ * A fault that lasts makes librdkafka say the same thing again and again
+ * (every reconnect, every retry, every producer re-created after a fatal
+ * error), often twice (a log line and an error event).  A line like one
+ * written less than LOG_REPEAT_MS ago is counted instead of written; the
+ * next one written says how many were left out.  The latest warning or
+ * error is also kept for outbox.relay_status(): a relay waiting for
+ * acknowledgements says what librdkafka is struggling with.
+ *
+ * A fatal error (the idempotent producer can no longer guarantee order,
+ * or the cluster refuses it an id) ends this producer, not the relay: the
+ * worker makes a new one after its backoff, and every event the old one
+ * failed counts as not delivered, for the producer's sake, not refused.
+ *
  * src/kafka.c
  */
 #include "postgres.h"
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
+#include "utils/timestamp.h"
 
 #include "kafka.h"
 
@@ -22,11 +37,30 @@
 #define LOG_SLOTS 32
 #define LOG_LINE_LEN 512
 
+/* Lines written lately, remembered to leave out their repeats. */
+#define REPEAT_SLOTS 16
+#define LOG_REPEAT_MS 60000
+
+/* How long to wait for the cluster's word on a topic that stalls. */
+#define METADATA_TIMEOUT_MS 2000
+
+/* syslog levels librdkafka uses: up to 4 (warning) goes to the log. */
+#define SYSLOG_ERR 3
+#define SYSLOG_WARNING 4
+
 typedef struct LogLine
 {
 	int level; /* syslog level, as librdkafka gives it */
 	char text[LOG_LINE_LEN];
 } LogLine;
+
+/* A line written lately, and how many like it were left out since. */
+typedef struct RepeatedLine
+{
+	uint32 hash; /* of the line's gist; 0 for a free slot */
+	TimestampTz written_at;
+	int left_out;
+} RepeatedLine;
 
 static rd_kafka_t *producer = NULL;
 static int outstanding = 0; /* messages sent, not yet reported */
@@ -35,6 +69,10 @@ static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
 static int log_count = 0;
 static int log_dropped = 0;
+static RepeatedLine repeated[REPEAT_SLOTS];
+static char latest_problem[LOG_LINE_LEN]; /* latest warning, "" after a delivery */
+static bool problem_unsaid = false;       /* not yet published */
+static char stalled_topic[256]; /* of the latest message not acknowledged */
 
 static rd_kafka_conf_t *make_conf(const char *brokers, const char *properties,
 								  char *problem, size_t size);
@@ -47,7 +85,11 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac,
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
 static void keep_log_line(int level, const char *text);
 static void flush_log(void);
-static bool is_transient(rd_kafka_resp_err_t err);
+static bool leave_out(const char *text, TimestampTz now, int *left_out);
+static void note_problem(const char *line);
+static const char *gist(const char *text);
+static bool topic_error(const char *topic, char *text, size_t size);
+static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
 
 /*
  * outbox_kafka_start: create the producer.  False, with the reason in the
@@ -95,6 +137,10 @@ outbox_kafka_stop(void)
 {
 	if (producer == NULL)
 		return;
+	if (fatal_error)
+		keep_log_line(
+			SYSLOG_ERR,
+			"the producer had a fatal error: making a new one; events it did not deliver are sent again");
 	rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	rd_kafka_poll(producer, 0);
 	rd_kafka_destroy(producer);
@@ -145,7 +191,7 @@ outbox_kafka_send(OutboxMessage *msg)
 		{
 			msg->done = true;
 			msg->error = err;
-			msg->transient = false;
+			msg->transient = is_transient(producer, err);
 			msg->error_text = rd_kafka_err2str(err);
 			return false;
 		}
@@ -191,6 +237,25 @@ bool
 outbox_kafka_fatal(void)
 {
 	return fatal_error;
+}
+
+/*
+ * outbox_kafka_stall_reason: why the latest messages were not acknowledged,
+ * as a sentence: the error the cluster reports for their topic (asked
+ * briefly, unless every broker is down), else librdkafka's latest problem.
+ */
+char *
+outbox_kafka_stall_reason(void)
+{
+	char text[LOG_LINE_LEN + 300];
+
+	if (producer != NULL && stalled_topic[0] != '\0' &&
+		strcmp(broker_state, "down") != 0 &&
+		topic_error(stalled_topic, text, sizeof(text)))
+		return pstrdup(text);
+	if (latest_problem[0] != '\0')
+		return psprintf("librdkafka: %s.", latest_problem);
+	return pstrdup("No acknowledgement came in time.");
 }
 
 /*
@@ -316,10 +381,15 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	if (msg == NULL)
 		return;
 	if (rkmessage->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
 		broker_state = "up";
+		latest_problem[0] = '\0';
+	}
 	msg->done = true;
 	msg->error = rkmessage->err;
-	msg->transient = is_transient(rkmessage->err);
+	msg->transient = is_transient(rk, rkmessage->err);
+	if (rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR && msg->transient)
+		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
 	msg->error_text = rkmessage->err ? rd_kafka_err2str(rkmessage->err) : NULL;
 }
 
@@ -334,6 +404,21 @@ on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 
 	snprintf(line, sizeof(line), "%s: %s", fac, buf);
 	keep_log_line(level, line);
+	if (level <= SYSLOG_WARNING)
+		note_problem(line);
+}
+
+/*
+ * note_problem: keep a warning or error line as the latest problem; only
+ * a different one is published again.
+ */
+static void
+note_problem(const char *line)
+{
+	if (strcmp(latest_problem, gist(line)) == 0)
+		return;
+	strlcpy(latest_problem, gist(line), sizeof(latest_problem));
+	problem_unsaid = true;
 }
 
 /*
@@ -349,7 +434,11 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		broker_state = "down";
 	snprintf(line, sizeof(line), "%s: %s", rd_kafka_err2name(err), reason);
-	keep_log_line(err == RD_KAFKA_RESP_ERR__FATAL ? 3 : 4, line);
+	keep_log_line(err == RD_KAFKA_RESP_ERR__FATAL ? SYSLOG_ERR : SYSLOG_WARNING,
+				  line);
+	/* "All brokers are down" says less than the error that led to it. */
+	if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || latest_problem[0] == '\0')
+		note_problem(line);
 }
 
 /*
@@ -370,40 +459,153 @@ keep_log_line(int level, const char *text)
 
 /*
  * flush_log: write the kept lines to the server log, now that librdkafka
- * has returned and an ereport cannot unwind through it.
+ * has returned and an ereport cannot unwind through it; leave out repeats
+ * of lines written lately, and publish the latest problem.
  */
 static void
 flush_log(void)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	for (int i = 0; i < log_count; i++)
 	{
-		/* syslog levels: 0-3 errors, 4 warning, 5-6 notice/info, 7 debug */
-		int elevel = log_lines[i].level <= 4 ? LOG : DEBUG1;
+		const char *text = log_lines[i].text;
+		int left_out = 0;
 
-		ereport(elevel, (errmsg("outbox relay: kafka: %s", log_lines[i].text)));
+		if (log_lines[i].level > SYSLOG_WARNING)
+		{
+			/* Debug output (the "debug" property) is never left out. */
+			ereport(DEBUG1, (errmsg("outbox relay: kafka: %s", text)));
+			continue;
+		}
+		if (leave_out(text, now, &left_out))
+			continue;
+		if (left_out > 0)
+			ereport(LOG,
+					(errmsg("outbox relay: kafka: %s", text),
+					 errdetail("Repeated %d times since it was last written.",
+							   left_out)));
+		else
+			ereport(LOG, (errmsg("outbox relay: kafka: %s", text)));
 	}
 	if (log_dropped > 0)
 		ereport(LOG, (errmsg("outbox relay: kafka: %d more log lines dropped",
 							 log_dropped)));
 	log_count = 0;
 	log_dropped = 0;
+	if (problem_unsaid && latest_problem[0] != '\0')
+		outbox_status_error(latest_problem);
+	problem_unsaid = false;
+}
+
+/*
+ * leave_out: whether a line like text was written less than LOG_REPEAT_MS
+ * ago (it is then counted); if not, it is remembered as written now, and
+ * left_out says how many like it were left out before.
+ */
+static bool
+leave_out(const char *text, TimestampTz now, int *left_out)
+{
+	const char *g = gist(text);
+	const char *end = strstr(g, " (after ");
+	size_t len = end ? (size_t) (end - g) : strlen(g);
+	uint32 hash = hash_bytes((const unsigned char *) g, (int) len) | 1;
+	RepeatedLine *slot = &repeated[0];
+
+	for (int i = 0; i < REPEAT_SLOTS; i++)
+	{
+		if (repeated[i].hash == hash)
+		{
+			slot = &repeated[i];
+			break;
+		}
+		if (repeated[i].written_at < slot->written_at)
+			slot = &repeated[i];
+	}
+	if (slot->hash == hash &&
+		!TimestampDifferenceExceeds(slot->written_at, now, LOG_REPEAT_MS))
+	{
+		slot->left_out++;
+		return true;
+	}
+	*left_out = slot->hash == hash ? slot->left_out : 0;
+	slot->hash = hash;
+	slot->written_at = now;
+	slot->left_out = 0;
+	return false;
+}
+
+/*
+ * gist: a librdkafka line without its facility and thread names, so that
+ * a log line and the error event that repeats it look alike.
+ */
+static const char *
+gist(const char *text)
+{
+	const char *thread = strstr(text, "[thrd:");
+	const char *colon = strchr(text, ':');
+
+	if (thread != NULL && strstr(thread, "]: ") != NULL)
+		return strstr(thread, "]: ") + 3;
+	if (colon != NULL && colon[1] == ' ')
+		return colon + 2;
+	return text;
+}
+
+/*
+ * topic_error: whether the cluster reports an error for topic or one of
+ * its partitions; if so, text says which.
+ */
+static bool
+topic_error(const char *topic, char *text, size_t size)
+{
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(producer, topic, NULL);
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+	if (rkt == NULL)
+		return false;
+	if (rd_kafka_metadata(producer, 0, rkt, &md, METADATA_TIMEOUT_MS) ==
+			RD_KAFKA_RESP_ERR_NO_ERROR &&
+		md->topic_cnt == 1)
+	{
+		err = md->topics[0].err;
+		for (int i = 0; err == 0 && i < md->topics[0].partition_cnt; i++)
+			err = md->topics[0].partitions[i].err;
+	}
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return false;
+	snprintf(text, size, "The cluster reports for topic \"%s\": %s.", topic,
+			 rd_kafka_err2str(err));
+	return true;
 }
 
 /*
  * is_transient: whether a delivery failure says the broker could not be
- * reached in time, rather than that this message cannot be written.
+ * reached in time, or the producer itself failed, rather than that this
+ * message cannot be written.
  */
 static bool
-is_transient(rd_kafka_resp_err_t err)
+is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 {
+	/* A fatal producer fails what it holds with whatever error it had. */
+	if (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return true;
 	switch (err)
 	{
 		case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
 		case RD_KAFKA_RESP_ERR__TIMED_OUT:
+		case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
 		case RD_KAFKA_RESP_ERR__TRANSPORT:
+		case RD_KAFKA_RESP_ERR__RESOLVE:
+		case RD_KAFKA_RESP_ERR__AUTHENTICATION:
 		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
 		case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
 		case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+		case RD_KAFKA_RESP_ERR__FATAL:
 			return true;
 		default:
 			return false;

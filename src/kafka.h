@@ -45,6 +45,7 @@ extern void outbox_kafka_serve(void);
 extern bool outbox_kafka_fatal(void);
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
+extern char *outbox_kafka_stall_reason(void);
 extern bool outbox_kafka_check_properties(const char *properties,
 										  char *problem, size_t size);
 

@@ -73,10 +73,14 @@ _PG_init(void)
 	if (IsBinaryUpgrade)
 		return;
 
+	/*
+	 * The log hook first: defining outbox.kafka_properties checks the value
+	 * read from the configuration files, and a refusal quotes it.
+	 */
+	outbox_redact_init();
 	define_enqueue_settings();
 	define_relay_settings();
 	MarkGUCPrefixReserved("outbox");
-	outbox_redact_init();
 	outbox_wake_init();
 
 	if (!process_shared_preload_libraries_in_progress)

@@ -36,10 +36,12 @@ static MemoryContext round_context = NULL;
 static char *used_brokers = NULL; /* settings the producer was made with */
 static char *used_properties = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
+static bool stalled = false;         /* said that Kafka does not acknowledge */
 
 static bool ensure_producer(void);
 static RelayOutcome relay_round(void);
 static int pause_after(RelayOutcome outcome, int *unreachable_ms);
+static void log_stall(bool now_stalled);
 static void stop_producer(int code, Datum arg);
 static void set_state(OutboxRelayState state);
 static void log_start(void);
@@ -239,13 +241,14 @@ pause_after(RelayOutcome outcome, int *unreachable_ms)
 	{
 		case RELAY_MORE:
 			*unreachable_ms = 0;
+			log_stall(false);
 			return 0;
 		case RELAY_UNREACHABLE:
 			*unreachable_ms = *unreachable_ms == 0
 								  ? outbox_backoff_min
 								  : Min(*unreachable_ms * 2, outbox_backoff_max);
 			set_state(RELAY_STATE_UNREACHABLE);
-			outbox_status_error("the broker did not acknowledge in time");
+			log_stall(true);
 			return *unreachable_ms;
 		case RELAY_BACKOFF:
 			*unreachable_ms = 0;
@@ -253,10 +256,42 @@ pause_after(RelayOutcome outcome, int *unreachable_ms)
 			return outbox_poll_interval;
 		default:
 			*unreachable_ms = 0;
-			if (outbox_shared->relay_state != RELAY_STATE_PAUSED)
+			if (outcome == RELAY_SENT)
+				log_stall(false);
+			/* Paused and "not configured" last until the next round says. */
+			if (outbox_shared->relay_state != RELAY_STATE_PAUSED &&
+				outbox_shared->relay_state != RELAY_STATE_UNCONFIGURED)
 				set_state(RELAY_STATE_IDLE);
 			return outbox_poll_interval;
 	}
+}
+
+/*
+ * log_stall: say once when Kafka stops acknowledging, and why; and once
+ * when it acknowledges again.  Between the two, relay_status() and
+ * librdkafka's own lines tell the rest.
+ */
+static void
+log_stall(bool now_stalled)
+{
+	if (now_stalled && !stalled)
+	{
+		char *reason = outbox_kafka_stall_reason();
+
+		ereport(
+			LOG,
+			(errmsg("outbox relay: Kafka did not acknowledge the events sent; they are sent again after a backoff"),
+			 errdetail("%s", reason),
+			 errhint(
+				 "See outbox.relay_status(); a line follows when Kafka acknowledges again.")));
+		outbox_status_error(reason);
+		pfree(reason);
+	}
+	else if (!now_stalled && stalled)
+		ereport(
+			LOG,
+			(errmsg("outbox relay: Kafka acknowledges the events sent again")));
+	stalled = now_stalled;
 }
 
 /*

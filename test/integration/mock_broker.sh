@@ -15,10 +15,18 @@ mock_start() {
     return 1
 }
 
-# mock CMD...: send a command to the mock broker.
+# mock CMD...: send a command to the mock broker and wait for its "ok"
+# (see test/tools/mock_broker.c for the commands).
 mock() {
+    local before
+    before=$(wc -l <"$IT_TMP/mock.out")
     echo "$*" >&8
-    sleep 0.1
+    for _ in $(seq 1 100); do
+        [ "$(wc -l <"$IT_TMP/mock.out")" -gt "$before" ] && return 0
+        sleep 0.05
+    done
+    fail "the mock broker did not take '$*': $(tail -n 1 "$IT_TMP/mock.err")"
+    return 1
 }
 
 # mock_stop: stop the mock broker.

@@ -5,7 +5,7 @@
 # its address.  The broker's jars come from Maven Central through
 # test/kafka/pom.xml (fetched once into ~/.m2).  Faults are real:
 # kafka_pause/kafka_resume (SIGSTOP/SIGCONT), kafka_kill and kafka_start
-# again on the same data.
+# again on the same data.  kafka_add_sasl adds a SASL_PLAINTEXT listener.
 
 KAFKA_POM=${KAFKA_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pom.xml}
 
@@ -56,6 +56,25 @@ group.initial.rebalance.delay.ms=0
 CONF
     java -cp "$KAFKA_CP" kafka.tools.StorageTool format -t "$(java -cp "$KAFKA_CP" kafka.tools.StorageTool random-uuid 2>/dev/null)" \
         -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1
+}
+
+# kafka_add_sasl USER PASSWORD: also listen for SASL_PLAINTEXT clients
+# (mechanism PLAIN) with USER, the listener's one account; KAFKA_SASL_BROKERS
+# is its address.  Opt-in: call it between kafka_setup and kafka_start.  The
+# PLAINTEXT listener stays as it was.
+kafka_add_sasl() {
+    local port
+    port=$(kafka_free_port)
+    KAFKA_SASL_BROKERS=127.0.0.1:$port
+    sed -i -e "s|^\(listeners=.*\)|\1,SASL_PLAINTEXT://$KAFKA_SASL_BROKERS|" \
+        -e "s|^\(advertised.listeners=.*\)|\1,SASL_PLAINTEXT://$KAFKA_SASL_BROKERS|" \
+        -e "s|^\(listener.security.protocol.map=.*\)|\1,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
+        "$KAFKA_DIR/server.properties"
+    cat >>"$KAFKA_DIR/server.properties" <<CONF
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$1="$2";
+CONF
 }
 
 # kafka_start: start (or restart) the broker and wait until it answers.

@@ -5,14 +5,27 @@
  *		faults a real broker cannot make on demand.
  *
  * It prints its bootstrap address on the first line of stdout, then reads
- * commands, one per line, from stdin:
+ * commands, one per line, from stdin, and answers "ok" on stdout to each
+ * (an unknown or malformed command is reported on stderr instead):
  *
- *		create TOPIC PARTITIONS      create a topic
- *		produce-errors COUNT CODE    fail the next COUNT produce requests
- *		clear                        forget pending produce errors
- *		down | up                    take the broker down or up
- *		rtt MS                       answer every request MS late
- *		quit                         stop (so does end of input)
+ *		create TOPIC PARTITIONS          create a topic
+ *		request-errors APIKEY COUNT CODE answer the next COUNT requests of
+ *		                                 type APIKEY with error CODE
+ *		produce-errors COUNT CODE        the same for Produce (APIKEY 0)
+ *		clear [APIKEY]                   forget pending request errors, of
+ *		                                 one type or of every type
+ *		topic-error TOPIC CODE           Metadata answers CODE for TOPIC
+ *		                                 until set again (0: no error)
+ *		down | up                        take the broker down or up
+ *		rtt MS                           answer every request MS late
+ *		quit                             stop (so does end of input)
+ *
+ * API keys are the protocol's: 0 Produce, 3 Metadata, 18 ApiVersions,
+ * 22 InitProducerId, ...  CODE is a Kafka error code (6 NOT_LEADER, 15
+ * COORDINATOR_NOT_AVAILABLE, 31 CLUSTER_AUTHORIZATION_FAILED, ...), or
+ * -195 (librdkafka's __TRANSPORT) to drop the connection instead.  In
+ * librdkafka 2.0.2 the mock's Metadata handler ignores request errors (a
+ * Metadata response carries errors per topic): use topic-error for it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,26 +35,42 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #define PRODUCE_API_KEY 0
+/* Above every API key the protocol defines today (KIP-932's are in the 70s). */
+#define API_KEY_LIMIT 128
+
+static void
+push_errors(rd_kafka_mock_cluster_t *mc, long apikey, long count, long code)
+{
+	rd_kafka_resp_err_t *errs = calloc(count, sizeof(*errs));
+
+	for (long i = 0; i < count; i++)
+		errs[i] = (rd_kafka_resp_err_t) code;
+	rd_kafka_mock_push_request_errors_array(mc, (int16_t) apikey, count, errs);
+	free(errs);
+}
 
 static void
 apply(rd_kafka_mock_cluster_t *mc, char *line)
 {
 	char		topic[256];
-	long		a, b;
+	long		a, b, c;
 
 	if (sscanf(line, "create %255s %ld", topic, &a) == 2)
 		rd_kafka_mock_topic_create(mc, topic, (int) a, 1);
-	else if (sscanf(line, "produce-errors %ld %ld", &a, &b) == 2)
-	{
-		rd_kafka_resp_err_t *errs = calloc(a, sizeof(*errs));
-
-		for (long i = 0; i < a; i++)
-			errs[i] = (rd_kafka_resp_err_t) b;
-		rd_kafka_mock_push_request_errors_array(mc, PRODUCE_API_KEY, a, errs);
-		free(errs);
-	}
+	else if (sscanf(line, "request-errors %ld %ld %ld", &a, &b, &c) == 3 &&
+			 a >= 0 && a < API_KEY_LIMIT && b > 0)
+		push_errors(mc, a, b, c);
+	else if (sscanf(line, "produce-errors %ld %ld", &a, &b) == 2 && a > 0)
+		push_errors(mc, PRODUCE_API_KEY, a, b);
+	else if (sscanf(line, "clear %ld", &a) == 1 && a >= 0 && a < API_KEY_LIMIT)
+		rd_kafka_mock_clear_request_errors(mc, (int16_t) a);
 	else if (strncmp(line, "clear", 5) == 0)
-		rd_kafka_mock_clear_request_errors(mc, PRODUCE_API_KEY);
+	{
+		for (int k = 0; k < API_KEY_LIMIT; k++)
+			rd_kafka_mock_clear_request_errors(mc, (int16_t) k);
+	}
+	else if (sscanf(line, "topic-error %255s %ld", topic, &a) == 2)
+		rd_kafka_mock_topic_set_error(mc, topic, (rd_kafka_resp_err_t) a);
 	else if (strncmp(line, "down", 4) == 0)
 		rd_kafka_mock_broker_set_down(mc, 1);
 	else if (strncmp(line, "up", 2) == 0)
@@ -51,6 +80,7 @@ apply(rd_kafka_mock_cluster_t *mc, char *line)
 	else
 	{
 		fprintf(stderr, "outbox-mock-broker: unknown command: %s", line);
+		fflush(stderr);
 		return;
 	}
 	printf("ok\n");
