@@ -116,6 +116,15 @@ relay_key_has(HTAB *keys, uint64 hash)
 }
 
 /*
+ * relay_key_remove: take hash out of keys.
+ */
+void
+relay_key_remove(HTAB *keys, uint64 hash)
+{
+	(void) hash_search(keys, &hash, HASH_REMOVE, NULL);
+}
+
+/*
  * relay_key_hash: the hash that stands for (topic, key).
  */
 uint64

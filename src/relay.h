@@ -52,6 +52,7 @@ extern void relay_commit(void);
 extern HTAB *relay_key_set(void);
 extern void relay_key_add(HTAB *keys, uint64 hash);
 extern bool relay_key_has(HTAB *keys, uint64 hash);
+extern void relay_key_remove(HTAB *keys, uint64 hash);
 extern uint64 relay_key_hash(const char *topic, const char *key);
 extern RelayBatch *relay_batch_load(SPITupleTable *rows, uint64 n);
 extern void relay_batch_send(RelayBatch *batch, HTAB *blocked);

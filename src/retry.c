@@ -9,7 +9,8 @@
  * never make an event dead, so an outage, however long, loses nothing.
  * An event that failed before is tried alone for its key: the later events
  * of the key wait behind it, which keeps per-key order across retries, and
- * once it is delivered they go out together in the next round.
+ * once it is delivered the due ones behind it go out together in the same
+ * round (with the same caveat as first sends if one of them is refused).
  *
  * src/retry.c
  */
@@ -44,34 +45,63 @@ static const char *const set_state_sql =
 static SPIPlanPtr waiting_plan = NULL;
 static SPIPlanPtr set_state_plan = NULL;
 
-static RelayBatch *read_due(int *queued);
+static RelayBatch *read_due(bool **due, int *queued);
+static RelayOutcome send_and_record(RelayBatch *batch, int *delivered);
+static int release_followers(RelayBatch *batch, const bool *due);
 static void record_retries(RelayBatch *batch);
 
 /*
  * relay_retries: send the events whose retry is due (one that failed
- * before alone for its key) and record what became of them.
+ * before alone for its key) and record what became of them; then, in the
+ * same round, the due events that waited behind a retry just delivered.
  */
 RelayOutcome
 relay_retries(void)
 {
 	RelayBatch *batch;
+	bool *due;
 	int queued;
-	int sent = 0;
-	int delivered = 0;
-	int transient = 0;
+	int delivered;
+	int followers = 0;
+	RelayOutcome outcome;
 
 	if (!relay_begin("reading due retries"))
 		return RELAY_IDLE;
-	batch = read_due(&queued);
+	batch = read_due(&due, &queued);
 	relay_commit();
 
+	outcome = send_and_record(batch, &delivered);
+	if (outcome == RELAY_SENT && delivered > 0 && queued > 0 &&
+		release_followers(batch, due) > 0)
+	{
+		outcome = send_and_record(batch, &followers);
+		delivered += followers;
+	}
+	if (outcome != RELAY_SENT)
+		return outcome;
+	/* A full batch that moved most of what it read: read on at once. */
+	if (batch->count >= outbox_batch_size && delivered * 2 >= batch->count)
+		return RELAY_MORE;
+	return RELAY_SENT;
+}
+
+/*
+ * send_and_record: send the events of batch not held and record their
+ * fate; *delivered counts the ones Kafka acknowledged.
+ */
+static RelayOutcome
+send_and_record(RelayBatch *batch, int *delivered)
+{
+	int sent = 0;
+	int transient = 0;
+
+	*delivered = 0;
 	for (int i = 0; i < batch->count; i++)
 		sent += batch->held[i] ? 0 : 1;
 	if (sent == 0)
 		return batch->count > 0 ? RELAY_BACKOFF : RELAY_IDLE;
 
 	relay_batch_send(batch, relay_key_set());
-
 	if (!relay_begin("recording retries"))
 		return RELAY_IDLE;
 	record_retries(batch);
@@ -83,17 +113,44 @@ relay_retries(void)
 		if (batch->held[i])
 			continue;
 		transient += batch->msgs[i].transient ? 1 : 0;
-		delivered += batch->msgs[i].error == 0 ? 1 : 0;
+		*delivered += batch->msgs[i].error == 0 ? 1 : 0;
 	}
-	if (transient == sent)
-		return RELAY_UNREACHABLE;
-	/* Due events waited behind delivered ones: their turn is now. */
-	if (delivered > 0 && queued > 0)
-		return RELAY_MORE;
-	/* A full batch that moved most of what it read: read on at once. */
-	if (batch->count >= outbox_batch_size && sent * 2 >= batch->count)
-		return RELAY_MORE;
-	return RELAY_SENT;
+	return transient == sent ? RELAY_UNREACHABLE : RELAY_SENT;
+}
+
+/*
+ * release_followers: after a first send, hold what was sent and release
+ * the due events that waited only behind a delivered event of their key,
+ * up to the first one of the key that is not due.  Returns how many.
+ */
+static int
+release_followers(RelayBatch *batch, const bool *due)
+{
+	HTAB *open = relay_key_set();
+	int released = 0;
+
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (!batch->held[i] && batch->msgs[i].error == 0)
+			relay_key_add(open, batch->key_hash[i]);
+	}
+	for (int i = 0; i < batch->count; i++)
+	{
+		bool was_sent = !batch->held[i];
+
+		batch->held[i] = true;
+		if (was_sent || !relay_key_has(open, batch->key_hash[i]))
+			continue;
+		if (!due[i])
+		{
+			/* Not due: it and everything after it in its key wait on. */
+			relay_key_remove(open, batch->key_hash[i]);
+			continue;
+		}
+		batch->held[i] = false;
+		released++;
+	}
+	return released;
 }
 
 /*
@@ -149,11 +206,11 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
  * read_due: the waiting events, with every one that is not due, or that
  * waits behind an older event of its key, marked held.  Events that only
  * waited behind another (no failure of their own) travel together; one
- * that failed before blocks its key until it is delivered.  *queued
- * counts the due events held back only by their key.
+ * that failed before blocks its key until it is delivered.  *due says
+ * which are due; *queued counts the due ones held back by their key.
  */
 static RelayBatch *
-read_due(int *queued)
+read_due(bool **due, int *queued)
 {
 	SPIPlanPtr plan;
 	Oid type = INT8OID;
@@ -172,16 +229,18 @@ read_due(int *queued)
 	old = MemoryContextSwitchTo(relay_batch_context());
 	batch = relay_batch_load(SPI_tuptable, SPI_processed);
 	blocked = relay_key_set();
+	*due = palloc0(sizeof(bool) * Max(batch->count, 1));
 	*queued = 0;
 	for (int i = 0; i < batch->count; i++)
 	{
 		bool isnull;
-		bool due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
-											  SPI_tuptable->tupdesc,
-											  RETRY_COL_DUE, &isnull));
 
-		batch->held[i] = !due || relay_key_has(blocked, batch->key_hash[i]);
-		*queued += (due && batch->held[i]) ? 1 : 0;
+		(*due)[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+											   SPI_tuptable->tupdesc,
+											   RETRY_COL_DUE, &isnull));
+		batch->held[i] =
+			!(*due)[i] || relay_key_has(blocked, batch->key_hash[i]);
+		*queued += ((*due)[i] && batch->held[i]) ? 1 : 0;
 		if (batch->held[i] || batch->attempts[i] > 0)
 			relay_key_add(blocked, batch->key_hash[i]);
 	}

@@ -120,3 +120,25 @@ t_replay_after_fault() {
     expect "distinct replayed events" "$(cut -f5 "$out" | cut -d, -f1 | sort -u | wc -l)" 3
     expect "attempts after replay" "$(sql "SELECT max(attempts) FROM outbox.events WHERE topic = '$topic'")" 0
 }
+
+# A burst of refusals on a few keys: once the broker accepts again, the
+# events queued behind each key's failed one drain in a few rounds, not
+# one event per key per outbox.poll_interval.
+t_retry_burst() {
+    local topic=mock.burst out=$IT_TMP/burst.tsv
+    mock create $topic 1
+    set_setting outbox.poll_interval 2000
+    mock request-errors 0 2 10    # the next two produce requests: MESSAGE_TOO_LARGE
+    sql "SELECT count(outbox.enqueue('T', 'burst-' || i, jsonb_build_object('seq', i), topic => '$topic', msg_key => 'k' || (i % 2)))
+         FROM generate_series(1, 4000) i" >/dev/null
+    wait_until 20 "SELECT count(*) > 0 FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE l.topic = '$topic' AND s.attempts > 0" \
+        || fail "no refused event"
+    local start=$SECONDS
+    mock_consume $topic 4000 60000 >"$out" || fail "not all 4000 events arrived ($(wc -l <"$out"))"
+    echo "#   4,000 refused events on 2 keys delivered $((SECONDS - start)) s after the refusals ended"
+    [ $((SECONDS - start)) -le 15 ] || fail "draining the burst took $((SECONDS - start)) s"
+    load_consumed got_burst "$out"
+    expect "order violations" "$(sql "SELECT count(*) FROM (SELECT (value::jsonb->>'seq')::int - lag((value::jsonb->>'seq')::int) OVER (PARTITION BY key ORDER BY off) AS step FROM got_burst) s WHERE step <> 2")" 0
+    wait_until 20 "$(all_sent $topic 4000)" || fail "events not all marked sent"
+    set_setting outbox.poll_interval 200
+}
