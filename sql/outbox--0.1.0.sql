@@ -217,9 +217,11 @@ CREATE VIEW outbox.stats AS
 WITH cursor AS (
     SELECT * FROM outbox.relay_cursor
 ), unrelayed AS (
+    -- The bound as a scalar subquery is an index condition on tx: only
+    -- the unrelayed end of the table is read, not every kept event.
     SELECT l.created_at
       FROM outbox.event_log l, cursor c
-     WHERE l.tx >= pg_catalog.pg_snapshot_xmin(c.done_snapshot)
+     WHERE l.tx >= (SELECT pg_catalog.pg_snapshot_xmin(done_snapshot) FROM outbox.relay_cursor)
        AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
        AND NOT (c.window_snapshot IS NOT NULL
                 AND pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
@@ -329,10 +331,18 @@ DECLARE
     events bigint;
     claims bigint;
 BEGIN
-    WITH victims AS (
+    -- Victims lie below the first event young enough to keep (ids grow
+    -- with time): bounding the scan there reads only the old end of the
+    -- table, instead of every kept event when there is nothing to remove.
+    WITH bound AS (
+        SELECT COALESCE((SELECT k.id FROM outbox.event_log k
+                          WHERE k.created_at >= now() - sent_retention
+                          ORDER BY k.id LIMIT 1), 9223372036854775807) AS id
+    ), victims AS (
         SELECT l.id
           FROM outbox.event_log l, outbox.relay_cursor c
-         WHERE l.created_at < now() - sent_retention
+         WHERE l.id < (SELECT id FROM bound)
+           AND l.created_at < now() - sent_retention
            AND pg_visible_in_snapshot(l.tx, c.done_snapshot)
            AND NOT EXISTS (SELECT 1 FROM outbox.event_state s
                             WHERE s.id = l.id AND s.status <> 'sent')

@@ -45,11 +45,14 @@ static const char *const any_new_sql =
 /*
  * The statement's own snapshot is the window: all it sees is committed.
  * The window's id range bounds the batch reads to its own part of the table.
+ * "l.id + 0" keeps the planner from answering min/max by walking the
+ * primary key from one end, past every event already relayed and kept for
+ * outbox.sent_retention; the tx range is the narrow one.
  */
 static const char *const open_window_sql =
 	"UPDATE outbox.relay_cursor SET window_snapshot = pg_current_snapshot(),"
 	"  updated_at = now(), (window_last_id, window_max_id) ="
-	"  (SELECT COALESCE(min(l.id) - 1, 0), COALESCE(max(l.id), 0)"
+	"  (SELECT COALESCE(min(l.id + 0) - 1, 0), COALESCE(max(l.id + 0), 0)"
 	"     FROM outbox.event_log l"
 	"    WHERE l.tx >= pg_snapshot_xmin($1)"
 	"      AND NOT pg_visible_in_snapshot(l.tx, $1))"
