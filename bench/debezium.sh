@@ -1,0 +1,209 @@
+# bench/debezium.sh: Debezium, the usual alternative to a relay, for
+# bench/run's comparison: Kafka Connect standalone (connect-runtime) with
+# the Debezium PostgreSQL connector (logical decoding, pgoutput) and its
+# outbox event router (io.debezium.transforms.outbox.EventRouter), reading
+# an outbox table of Debezium's documented shape and writing to the same
+# Kafka broker as the outbox relay.  The jars come from Maven Central
+# through bench/debezium/pom.xml (fetched once into ~/.m2).
+#
+# Source it (after test/kafka/broker.sh), then:
+#   debezium_schema | psql -d DB     the outbox table, publication and slot
+#   debezium_setup DIR PGPORT DB     configure a worker and the connector
+#   debezium_start                   start the worker and create the connector
+#   debezium_connector_stop / _pause / _resume
+#                                    shut its task down / hold it / run it again
+#   debezium_stop                    stop the worker (SIGKILL) and remove DIR
+#
+# Settings (environment): DEBEZIUM_POLL_MS, the connector's poll.interval.ms
+# (the longest it waits for more changes before it hands a batch on; the
+# connector's default is 500 ms, which adds up to half a second or more to
+# every event's latency; 10 is what a team tuning for latency sets).
+# DEBEZIUM_JAVA: the java binary (java 17 or newer).  DEBEZIUM_VERSION
+# (3.6.1.Final) and DEBEZIUM_CONNECT_VERSION (4.3.0, the Kafka version that
+# Debezium release is built against; see bench/debezium/pom.xml).
+
+DEBEZIUM_POM=${DEBEZIUM_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debezium/pom.xml}
+DEBEZIUM_POLL_MS=${DEBEZIUM_POLL_MS:-10}
+DEBEZIUM_JAVA=${DEBEZIUM_JAVA:-java}
+DEBEZIUM_CONNECT_VERSION=${DEBEZIUM_CONNECT_VERSION:-4.3.0}
+DEBEZIUM_VERSION=${DEBEZIUM_VERSION:-3.6.1.Final}
+DEBEZIUM_NAME=outbox-debezium
+
+# debezium_classpath: the worker's classpath, resolving it on first use.
+debezium_classpath() {
+    local cpfile="${DEBEZIUM_POM%/*}/.classpath-$DEBEZIUM_CONNECT_VERSION-$DEBEZIUM_VERSION"
+    if [ ! -s "$cpfile" ] || [ "$DEBEZIUM_POM" -nt "$cpfile" ]; then
+        mvn -q -B -Dstyle.color=never -f "$DEBEZIUM_POM" dependency:build-classpath \
+            -Dconnect.version="$DEBEZIUM_CONNECT_VERSION" -Ddebezium.version="$DEBEZIUM_VERSION" \
+            -Dmdep.includeScope=runtime -Dmdep.outputFile="$cpfile" >&2 || return 1
+    fi
+    cat "$cpfile"
+}
+
+# debezium_schema: SQL for the database Debezium reads.  The outbox table
+# as Debezium documents it (id, aggregatetype, aggregateid, type, payload),
+# here with aggregatetype holding the topic; a publication of that table
+# alone; and the replication slot, created now so that every row inserted
+# from here on is streamed (snapshot.mode=no_data).
+debezium_schema() {
+    cat <<'SQL'
+CREATE TABLE dbz_outbox (
+    id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    aggregatetype text        NOT NULL,
+    aggregateid   text        NOT NULL,
+    type          text        NOT NULL,
+    payload       jsonb       NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE PUBLICATION dbz_pub FOR TABLE dbz_outbox;
+SELECT 1 FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
+SQL
+}
+
+# debezium_rest METHOD PATH [BODY]: the worker's REST API.
+debezium_rest() {
+    curl -sS -f -X "$1" -H 'Content-Type: application/json' ${3:+--data "$3"} \
+        "http://127.0.0.1:$DEBEZIUM_REST_PORT$2"
+}
+
+# debezium_setup DIR PGPORT DB: a worker's and the connector's settings in DIR.
+debezium_setup() {
+    DEBEZIUM_DIR=$1
+    mkdir -p "$DEBEZIUM_DIR"
+    DEBEZIUM_CP=$(debezium_classpath) || return 1
+    DEBEZIUM_REST_PORT=$(kafka_free_port)
+    # The worker: String converters, so a message's value is the payload
+    # column's text and its key the aggregateid.  The producer set as the
+    # relay's librdkafka producer is: acks=all, idempotent, 5 requests in
+    # flight (Connect's own default is 1), linger 5 ms and batches up to
+    # 1 MB (librdkafka's defaults; Java's are 5 ms and 16 KB).
+    cat >"$DEBEZIUM_DIR/worker.properties" <<CONF
+bootstrap.servers=$KAFKA_BROKERS
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+offset.storage.file.filename=$DEBEZIUM_DIR/offsets
+offset.flush.interval.ms=10000
+listeners=http://127.0.0.1:$DEBEZIUM_REST_PORT
+plugin.discovery=only_scan
+producer.acks=all
+producer.enable.idempotence=true
+producer.max.in.flight.requests.per.connection=5
+producer.linger.ms=5
+producer.batch.size=1000000
+${DEBEZIUM_WORKER_EXTRA:-}
+CONF
+    # The connector: pgoutput through an existing slot and publication, no
+    # snapshot, and the outbox event router: the topic from aggregatetype,
+    # the key from aggregateid, the value from payload, the event's id and
+    # type as headers.
+    cat >"$DEBEZIUM_DIR/connector.json" <<CONF
+{
+  "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+  "tasks.max": "1",
+  "database.hostname": "127.0.0.1",
+  "database.port": "$2",
+  "database.user": "postgres",
+  "database.password": "trust",
+  "database.dbname": "$3",
+  "topic.prefix": "dbz",
+  "plugin.name": "pgoutput",
+  "slot.name": "debezium",
+  "publication.name": "dbz_pub",
+  "publication.autocreate.mode": "disabled",
+  "table.include.list": "public.dbz_outbox",
+  "snapshot.mode": "no_data",
+  "poll.interval.ms": "$DEBEZIUM_POLL_MS",
+  "extended.headers.enabled": "false",
+${DEBEZIUM_CONNECTOR_EXTRA:-}
+  "transforms": "outbox",
+  "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+  "transforms.outbox.route.by.field": "aggregatetype",
+  "transforms.outbox.route.topic.replacement": "\${routedByValue}",
+  "transforms.outbox.table.field.event.id": "id",
+  "transforms.outbox.table.field.event.key": "aggregateid",
+  "transforms.outbox.table.field.event.payload": "payload",
+  "transforms.outbox.table.fields.additional.placement": "type:header:type"
+}
+CONF
+}
+
+# debezium_state: the connector's state and its task's, e.g. "RUNNING RUNNING".
+debezium_state() {
+    debezium_rest GET "/connectors/$DEBEZIUM_NAME/status" 2>/dev/null |
+        jq -r '[.connector.state, (.tasks[0].state // "NONE")] | join(" ")'
+}
+
+# debezium_wait STATE...: wait until debezium_state is one of STATE.
+debezium_wait() {
+    local s
+    for _ in $(seq 1 600); do
+        s=$(debezium_state)
+        for want in "$@"; do [ "$s" = "$want" ] && return 0; done
+        case $s in *FAILED*)
+            echo "debezium connector failed ($s); see $DEBEZIUM_DIR/connect.log" >&2
+            debezium_rest GET "/connectors/$DEBEZIUM_NAME/status" >&2 2>/dev/null
+            return 1 ;;
+        esac
+        sleep 0.1
+    done
+    echo "debezium connector not in state $* after 60 s (it is: $s); see $DEBEZIUM_DIR/connect.log" >&2
+    return 1
+}
+
+# debezium_start: start the worker, wait for its REST API, create the
+# connector and wait until its task runs.
+debezium_start() {
+    # The JVM settings Kafka's own connect-standalone.sh uses.
+    "$DEBEZIUM_JAVA" -Xms256m -Xmx2g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+        -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+        -Djava.awt.headless=true -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+        -Dorg.slf4j.simpleLogger.showDateTime=true \
+        -cp "$DEBEZIUM_CP" org.apache.kafka.connect.cli.ConnectStandalone \
+        "$DEBEZIUM_DIR/worker.properties" >>"$DEBEZIUM_DIR/connect.log" 2>&1 &
+    DEBEZIUM_PID=$!
+    local up=
+    for _ in $(seq 1 240); do
+        kill -0 "$DEBEZIUM_PID" 2>/dev/null || break
+        if debezium_rest GET / >/dev/null 2>&1; then up=1; break; fi
+        sleep 0.5
+    done
+    if [ -z "$up" ]; then
+        echo "kafka connect did not start; see $DEBEZIUM_DIR/connect.log" >&2
+        tail -n 30 "$DEBEZIUM_DIR/connect.log" >&2
+        return 1
+    fi
+    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/config" "$(cat "$DEBEZIUM_DIR/connector.json")" >/dev/null || return 1
+    debezium_wait "RUNNING RUNNING"
+}
+
+# debezium_connector_stop: shut the connector's task down (it keeps its
+# offsets and the slot keeps its place), like a connector that is down.
+debezium_connector_stop() {
+    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/stop" >/dev/null && debezium_wait "STOPPED NONE"
+}
+
+# debezium_connector_pause: hold the task's output (Connect's pause: the task
+# stays connected and reads ahead into its queue, up to max.queue.size).
+debezium_connector_pause() {
+    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/pause" >/dev/null && debezium_wait "PAUSED PAUSED"
+}
+
+# debezium_connector_resume: run the connector again, from stopped or paused.
+debezium_connector_resume() {
+    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/resume" >/dev/null && debezium_wait "RUNNING RUNNING"
+}
+
+# debezium_kill: stop the worker at once (SIGKILL), keeping its files.
+debezium_kill() {
+    if [ -n "${DEBEZIUM_PID:-}" ]; then
+        kill -KILL "$DEBEZIUM_PID" 2>/dev/null || true
+        wait "$DEBEZIUM_PID" 2>/dev/null || true
+    fi
+    DEBEZIUM_PID=
+}
+
+# debezium_stop: stop the worker and remove its files.
+debezium_stop() {
+    debezium_kill
+    if [ -n "${DEBEZIUM_DIR:-}" ]; then rm -rf "$DEBEZIUM_DIR"; fi
+}
