@@ -77,10 +77,10 @@ test/tools/outbox-consume: test/tools/consume.c
 test/tools/outbox-mock-broker: test/tools/mock_broker.c
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lrdkafka
 
-test/tools/outbox-chaos-writer: test/tools/chaos_writer.c
+test/tools/outbox-chaos-writer: test/tools/chaos_writer.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ)
 
-test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c
+test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ) -lrdkafka
 
 EXTRA_CLEAN = $(TOOLS)

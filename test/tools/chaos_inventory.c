@@ -23,9 +23,9 @@
 #include <time.h>
 
 #include <libpq-fe.h>
-#include <librdkafka/rdkafka.h>
 
-static volatile sig_atomic_t stop;
+#include "chaos_client.h"
+#include <librdkafka/rdkafka.h>
 
 static struct
 {
@@ -35,36 +35,6 @@ static struct
 	long		retries;
 	long		skipped;
 }			counts;
-
-static void
-on_signal(int sig)
-{
-	stop = 1;
-}
-
-static void
-sleep_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
-}
-
-/* Connect, retrying until a read-write server answers or we are stopped. */
-static PGconn *
-connect_db(const char *conninfo)
-{
-	while (!stop)
-	{
-		PGconn	   *conn = PQconnectdb(conninfo);
-
-		if (PQstatus(conn) == CONNECTION_OK)
-			return conn;
-		PQfinish(conn);
-		sleep_ms(100);
-	}
-	return NULL;
-}
 
 /* The value of header NAME as a NUL-terminated copy in buf, or NULL. */
 static const char *
@@ -198,8 +168,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: outbox-chaos-inventory -b BROKERS -t TOPIC -d CONNINFO [-g GROUP]\n");
 		return 2;
 	}
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
+	stop_on_signals();
 	if ((rk = make_consumer(brokers, topic, group)) == NULL || (conn = connect_db(conninfo)) == NULL)
 		return 1;
 

@@ -35,9 +35,9 @@
 
 #include <libpq-fe.h>
 
-#define MAX_KEYS 64
+#include "chaos_client.h"
 
-static volatile sig_atomic_t stop;
+#define MAX_KEYS 64
 
 static struct
 {
@@ -46,40 +46,7 @@ static struct
 	long		retried;
 	long		retry_mismatches;
 	long		unknown_outcomes;
-	long		reconnects;
 }			counts;
-
-static void
-on_signal(int sig)
-{
-	stop = 1;
-}
-
-static void
-sleep_ms(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
-}
-
-/* Connect, retrying until a read-write server answers or we are stopped. */
-static PGconn *
-connect_db(const char *conninfo)
-{
-	for (;;)
-	{
-		PGconn	   *conn = PQconnectdb(conninfo);
-
-		if (PQstatus(conn) == CONNECTION_OK)
-			return conn;
-		PQfinish(conn);
-		if (stop)
-			return NULL;
-		counts.reconnects++;
-		sleep_ms(100);
-	}
-}
 
 /* Run a command that returns no rows; false on any failure. */
 static int
@@ -209,8 +176,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: outbox-chaos-writer -d CONNINFO -w WRITER -t TOPIC [-k KEYS] [-r ROLLBACK_PCT] [-R RETRY_PCT] [-p PAUSE_MS]\n");
 		return 2;
 	}
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
+	stop_on_signals();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	srandom(writer * 7919 + time(NULL));
 	if ((conn = connect_db(conninfo)) == NULL)
@@ -252,7 +218,7 @@ main(int argc, char **argv)
 	}
 	fprintf(stderr, "writer %d: committed %ld rolled_back %ld retried %ld retry_mismatches %ld unknown_outcomes %ld reconnects %ld\n",
 			writer, counts.committed, counts.rolled_back, counts.retried,
-			counts.retry_mismatches, counts.unknown_outcomes, counts.reconnects);
+			counts.retry_mismatches, counts.unknown_outcomes, connect_retries);
 	PQfinish(conn);
 	return counts.retry_mismatches ? 1 : 0;
 }
