@@ -61,3 +61,11 @@ SELECT outbox.claim((SELECT string_agg(md5('c' || i), '') FROM generate_series(1
                     (SELECT string_agg(md5('k' || i), '') FROM generate_series(1, 32) i)) AS longest_keys;
 ROLLBACK;
 SELECT count(*) FROM outbox.consumer_dedup WHERE consumer IN ('c', '');
+-- A duplicate writes WAL (it locks the claim it found), so its COMMIT waits
+-- for a synchronous standby as the first claim's did.
+SELECT outbox.claim('wal-check', 424242) AS first;
+BEGIN;
+SELECT pg_current_wal_insert_lsn() AS before \gset
+SELECT outbox.claim('wal-check', 424242) AS again;
+SELECT pg_current_wal_insert_lsn() > :'before' AS wrote_wal;
+COMMIT;

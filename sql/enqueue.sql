@@ -115,3 +115,11 @@ SELECT outbox.enqueue('T', 'h2', '{}', headers => '{"event_ids": "x", "trace": "
 -- None of the rejected calls left a row.
 SELECT biz_type, left(biz_key, 8) AS biz_key, length(biz_key) FROM outbox.event_log
  WHERE biz_type = 'T' ORDER BY biz_key COLLATE "C";
+-- A retry that finds its event writes WAL (it locks the event), so its
+-- COMMIT waits for a synchronous standby as the first one did.
+SELECT outbox.enqueue('T', 'wal-check', '{}') IS NOT NULL AS first;
+BEGIN;
+SELECT pg_current_wal_insert_lsn() AS before \gset
+SELECT outbox.enqueue('T', 'wal-check', '{}') = (SELECT id FROM outbox.event_log WHERE biz_key = 'wal-check') AS same_id;
+SELECT pg_current_wal_insert_lsn() > :'before' AS wrote_wal;
+COMMIT;

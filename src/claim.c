@@ -14,7 +14,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -29,7 +28,21 @@ static const char *const claim_sql =
 	"INSERT INTO outbox.consumer_dedup (consumer, event_id, biz_type, biz_key)"
 	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 
+/*
+ * Lock the claim that made ours a duplicate.  The lock is WAL-logged, so
+ * the caller's COMMIT waits for synchronous replication as a first claim's
+ * would: a transaction that wrote no WAL commits without waiting, and the
+ * claim seen may exist only on a primary just recovered from a crash.
+ * Lost in a failover, it would take the business effect with it while the
+ * consumer moved past the event.
+ */
+static const char *const claimed_sql =
+	"SELECT 1 FROM outbox.consumer_dedup"
+	" WHERE consumer = $1 AND (event_id = $2 OR (biz_type = $3 AND biz_key = $4))"
+	" FOR KEY SHARE";
+
 static SPIPlanPtr claim_plan = NULL;
+static SPIPlanPtr claimed_plan = NULL;
 
 static void check_claim_args(FunctionCallInfo fcinfo);
 
@@ -60,17 +73,16 @@ outbox_claim(PG_FUNCTION_ARGS)
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));
 	first = (SPI_processed == 1);
-	SPI_finish();
-
-	/*
-	 * "Already applied" must be as durable as a claim: with no xid the
-	 * caller's COMMIT would not wait for synchronous replication, and the
-	 * claim seen here may exist only on a primary just recovered from a
-	 * crash.  Lost in a failover, it would take the business effect with
-	 * it while the consumer moved past the event.
-	 */
 	if (!first)
-		(void) GetTopTransactionId();
+	{
+		plan = outbox_keep_plan(&claimed_plan, claimed_sql, 4, claim_argtypes,
+								false);
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "outbox claim look-up failed: %s",
+				 SPI_result_code_string(rc));
+	}
+	SPI_finish();
 	PG_RETURN_BOOL(first);
 }
 

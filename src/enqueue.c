@@ -12,7 +12,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -46,11 +45,18 @@ static const char *const insert_sql =
 	" VALUES ($1, $2, $3, $4, $5, $6)"
 	" ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id";
 
-/* The existing event for the key, and whether its content is the same. */
+/*
+ * The existing event for the key, and whether its content is the same.
+ * The row lock is WAL-logged, so a retry's COMMIT waits for synchronous
+ * replication as the first one did (a transaction that wrote no WAL does
+ * not wait): the event found may exist only on a primary just recovered
+ * from a crash, and an acknowledged retry promises it.
+ */
 static const char *const existing_sql =
 	"SELECT id, topic = $3 AND msg_key = $4 AND payload = $5"
 	"       AND headers IS NOT DISTINCT FROM $6"
-	"  FROM outbox.event_log WHERE biz_type = $1 AND biz_key = $2";
+	"  FROM outbox.event_log WHERE biz_type = $1 AND biz_key = $2"
+	"   FOR KEY SHARE";
 
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr existing_plan = NULL;
@@ -223,15 +229,7 @@ existing_event(EnqueueArgs *args, int64 *id)
 		return false;
 	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 								   SPI_tuptable->tupdesc, 2, &isnull)))
-	{
-		/*
-		 * The retry's COMMIT must wait for synchronous replication as the
-		 * first one did: the event found may exist only on a primary just
-		 * recovered from a crash, and an acknowledged retry promises it.
-		 */
-		(void) GetTopTransactionId();
 		return true;
-	}
 
 	ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),
 					errmsg("outbox event (biz_type, biz_key)=(%s, %s) already "

@@ -198,6 +198,11 @@ t_outcome() {
     report "delivered (distinct)" "$(sql "SELECT count(DISTINCT ref) FROM chaos_delivered")"
     must_be_0 "acknowledged but not in the database" "SELECT count(*) FROM chaos_acked a
         WHERE NOT EXISTS (SELECT 1 FROM chaos_committed c WHERE c.id = a.event_id AND c.ref = a.ref)"
+    sql "SELECT '#     ' || a.ref || ' acked as event ' || a.event_id || '; in the database as event '
+                || coalesce((SELECT c.id::text FROM chaos_committed c WHERE c.ref = a.ref), 'none')
+                || '; order row ' || CASE WHEN EXISTS (SELECT 1 FROM orders o WHERE o.ref = a.ref) THEN 'present' ELSE 'absent' END
+           FROM chaos_acked a
+          WHERE NOT EXISTS (SELECT 1 FROM chaos_committed c WHERE c.id = a.event_id AND c.ref = a.ref)"
     must_be_0 "lost (committed, never delivered)" "SELECT count(*) FROM chaos_committed c
         WHERE NOT EXISTS (SELECT 1 FROM chaos_delivered d WHERE d.ref = c.ref AND d.event_id = c.id)"
     must_be_0 "rolled back, delivered" "SELECT count(*) FROM chaos_delivered WHERE ref LIKE 'rb-%'"
