@@ -45,7 +45,7 @@ static const char *const set_state_sql =
 static SPIPlanPtr waiting_plan = NULL;
 static SPIPlanPtr set_state_plan = NULL;
 
-static RelayBatch *read_due(bool **due, int *queued);
+static RelayBatch *read_due(bool **due);
 static RelayOutcome send_and_record(RelayBatch *batch, int *delivered);
 static int release_followers(RelayBatch *batch, const bool *due);
 static void record_retries(RelayBatch *batch);
@@ -60,18 +60,17 @@ relay_retries(void)
 {
 	RelayBatch *batch;
 	bool *due;
-	int queued;
 	int delivered;
 	int followers = 0;
 	RelayOutcome outcome;
 
 	if (!relay_begin("reading due retries"))
 		return RELAY_IDLE;
-	batch = read_due(&due, &queued);
+	batch = read_due(&due);
 	relay_commit();
 
 	outcome = send_and_record(batch, &delivered);
-	if (outcome == RELAY_SENT && delivered > 0 && queued > 0 &&
+	if (outcome == RELAY_SENT && delivered > 0 &&
 		release_followers(batch, due) > 0)
 	{
 		outcome = send_and_record(batch, &followers);
@@ -207,10 +206,10 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
  * waits behind an older event of its key, marked held.  Events that only
  * waited behind another (no failure of their own) travel together; one
  * that failed before blocks its key until it is delivered.  *due says
- * which are due; *queued counts the due ones held back by their key.
+ * which are due.
  */
 static RelayBatch *
-read_due(bool **due, int *queued)
+read_due(bool **due)
 {
 	SPIPlanPtr plan;
 	Oid type = INT8OID;
@@ -230,7 +229,6 @@ read_due(bool **due, int *queued)
 	batch = relay_batch_load(SPI_tuptable, SPI_processed);
 	blocked = relay_key_set();
 	*due = palloc0(sizeof(bool) * Max(batch->count, 1));
-	*queued = 0;
 	for (int i = 0; i < batch->count; i++)
 	{
 		bool isnull;
@@ -240,7 +238,6 @@ read_due(bool **due, int *queued)
 											   RETRY_COL_DUE, &isnull));
 		batch->held[i] =
 			!(*due)[i] || relay_key_has(blocked, batch->key_hash[i]);
-		*queued += ((*due)[i] && batch->held[i]) ? 1 : 0;
 		if (batch->held[i] || batch->attempts[i] > 0)
 			relay_key_add(blocked, batch->key_hash[i]);
 	}
