@@ -387,8 +387,10 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	}
 	msg->done = true;
 	msg->error = rkmessage->err;
-	msg->transient = is_transient(rk, rkmessage->err);
-	if (rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR && msg->transient)
+	/* Only failures need classifying: not on every acknowledged message. */
+	msg->transient = rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+					 is_transient(rk, rkmessage->err);
+	if (msg->transient)
 		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
 	msg->error_text = rkmessage->err ? rd_kafka_err2str(rkmessage->err) : NULL;
 }
