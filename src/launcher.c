@@ -9,7 +9,11 @@
  * instead of looping through "database does not exist" errors.  It starts
  * once recovery has finished, so a standby relays nothing until promoted.
  * DROP DATABASE of the relayed database stops the relay first and holds
- * the launcher off until the command is over.
+ * the launcher off until the command is over.  It does so only once the
+ * checks DROP DATABASE makes before its own wait have passed (the caller
+ * owns the database, no transaction block), so that a role without rights
+ * cannot stop the relay with a DROP that is refused anyway; and the hold
+ * belongs to the dropping process, released however that process ends.
  *
  * src/launcher.c
  */
@@ -28,9 +32,12 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/procarray.h"
 #include "storage/spin.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -48,14 +55,29 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 /* How long DROP DATABASE waits for the relay to leave. */
 #define HOLD_WAIT_MS 10000
 
+/* PostgreSQL 16 folded the per-kind owner checks into object_ownercheck. */
+#if PG_VERSION_NUM >= 160000
+#define database_ownercheck(dboid, roleid)                                    \
+	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
+#else
+#define database_ownercheck(dboid, roleid)                                    \
+	pg_database_ownercheck((dboid), (roleid))
+#endif
+
 static ProcessUtility_hook_type prev_utility_hook = NULL;
+/* Whether this backend registered release_at_exit. */
+static bool release_registered = false;
 
 static Oid wanted_database(bool *said_missing);
 static Oid lookup_database(const char *name);
 static BackgroundWorkerHandle *start_relay(Oid dboid);
 static bool relay_alive(BackgroundWorkerHandle *relay);
+static void drop_orphan_hold(Oid dboid);
+static Oid database_to_hold(DropdbStmt *stmt, bool isTopLevel);
+static bool relayed_database(Oid dboid);
 static void hold_database(Oid dboid);
 static void release_database(void);
+static void release_at_exit(int code, Datum arg);
 static void outbox_utility(PlannedStmt *pstmt, const char *queryString,
 						   bool readOnlyTree, ProcessUtilityContext context,
 						   ParamListInfo params, QueryEnvironment *queryEnv,
@@ -141,8 +163,14 @@ outbox_launcher_main(Datum main_arg)
 		{
 			if (relay != NULL)
 			{
-				/* It stopped: back off if it did not last. */
+				/*
+				 * It stopped: back off if it failed, i.e. did not last in a
+				 * database still wanted.  One stopped because its database
+				 * is being dropped or is no longer outbox.database did not
+				 * fail: counting it would delay the next relay for nothing.
+				 */
 				bool healthy =
+					relay_db != want ||
 					TimestampDifferenceExceeds(started, now, RELAY_HEALTHY_MS);
 
 				restart_ms = healthy
@@ -196,10 +224,40 @@ wanted_database(bool *said_missing)
 		*said_missing = true;
 		return InvalidOid;
 	}
+	drop_orphan_hold(dboid);
 	SpinLockAcquire(&outbox_shared->mutex);
 	held = outbox_shared->hold_database;
 	SpinLockRelease(&outbox_shared->mutex);
 	return held == dboid ? InvalidOid : dboid;
+}
+
+/*
+ * drop_orphan_hold: release a hold on dboid whose holder has exited
+ * without releasing it.  Its exit callback should always have done so;
+ * this only keeps a hold from outliving its process if that ever fails.
+ */
+static void
+drop_orphan_hold(Oid dboid)
+{
+	pid_t holder;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	holder = outbox_shared->hold_database == dboid ? outbox_shared->hold_pid : 0;
+	SpinLockRelease(&outbox_shared->mutex);
+	if (holder == 0 || BackendPidGetProc(holder) != NULL)
+		return;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	if (outbox_shared->hold_pid == holder)
+	{
+		outbox_shared->hold_database = InvalidOid;
+		outbox_shared->hold_pid = 0;
+	}
+	SpinLockRelease(&outbox_shared->mutex);
+	ereport(
+		LOG,
+		(errmsg("outbox launcher: released the DROP DATABASE hold of process %d, which has exited",
+				(int) holder)));
 }
 
 /*
@@ -294,7 +352,8 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	volatile Oid dboid = InvalidOid;
 
 	if (outbox_shared != NULL && IsA(stmt, DropdbStmt))
-		dboid = get_database_oid(((DropdbStmt *) stmt)->dbname, true);
+		dboid = database_to_hold((DropdbStmt *) stmt,
+								 context == PROCESS_UTILITY_TOPLEVEL);
 
 	if (OidIsValid(dboid))
 		hold_database(dboid);
@@ -316,16 +375,62 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 }
 
 /*
+ * database_to_hold: the relayed database this DROP DATABASE will drop, or
+ * InvalidOid if DROP DATABASE is going to refuse before it waits for
+ * other sessions to leave (the same checks, in the same order) or the
+ * database has no relay.  Checks made later (template, replication slots,
+ * subscriptions) only the owner can fail, who may stop the relay anyway.
+ */
+static Oid
+database_to_hold(DropdbStmt *stmt, bool isTopLevel)
+{
+	Oid dboid;
+
+	if (IsInTransactionBlock(isTopLevel))
+		return InvalidOid;
+	dboid = get_database_oid(stmt->dbname, true);
+	if (!OidIsValid(dboid) || dboid == MyDatabaseId)
+		return InvalidOid;
+	if (!database_ownercheck(dboid, GetUserId()))
+		return InvalidOid;
+	return relayed_database(dboid) ? dboid : InvalidOid;
+}
+
+/*
+ * relayed_database: whether a relay serves dboid, or the launcher may
+ * start one there.  Holding no other database keeps the one hold slot
+ * free for the database that matters.
+ */
+static bool
+relayed_database(Oid dboid)
+{
+	Oid relay_db;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	relay_db = outbox_shared->relay_database;
+	SpinLockRelease(&outbox_shared->mutex);
+	return dboid == relay_db || dboid == get_database_oid(outbox_database, true);
+}
+
+/*
  * hold_database: keep the launcher from starting a relay in dboid, stop
- * the one there, and wait (bounded) until it has gone.
+ * the one there, and wait (bounded) until it has gone.  The hold is this
+ * process's: released by release_database, or at its exit however it
+ * ends (a FATAL error skips PG_FINALLY).
  */
 static void
 hold_database(Oid dboid)
 {
 	pid_t relay_pid = 0;
 
+	if (!release_registered)
+	{
+		before_shmem_exit(release_at_exit, (Datum) 0);
+		release_registered = true;
+	}
 	SpinLockAcquire(&outbox_shared->mutex);
 	outbox_shared->hold_database = dboid;
+	outbox_shared->hold_pid = MyProcPid;
 	if (outbox_shared->relay_database == dboid)
 		relay_pid = outbox_shared->relay_pid;
 	SpinLockRelease(&outbox_shared->mutex);
@@ -349,11 +454,26 @@ hold_database(Oid dboid)
 
 /*
  * release_database: DROP DATABASE is over; let the launcher look again.
+ * Only this process's hold: a concurrent DROP may have taken the slot.
  */
 static void
 release_database(void)
 {
 	SpinLockAcquire(&outbox_shared->mutex);
-	outbox_shared->hold_database = InvalidOid;
+	if (outbox_shared->hold_pid == MyProcPid)
+	{
+		outbox_shared->hold_database = InvalidOid;
+		outbox_shared->hold_pid = 0;
+	}
 	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
+ * release_at_exit: release this process's hold, if it still has one, as
+ * the process exits.
+ */
+static void
+release_at_exit(int code, Datum arg)
+{
+	release_database();
 }

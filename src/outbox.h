@@ -68,6 +68,7 @@ typedef struct OutboxShared
 	pid_t relay_pid;
 	Oid relay_database;
 	Oid hold_database;           /* DROP DATABASE under way: no relay here */
+	pid_t hold_pid;              /* the process running that DROP DATABASE */
 	pg_atomic_uint64 relay_proc; /* PGPROC of the relay, 0 if none */
 	volatile OutboxRelayState relay_state;
 	pg_atomic_uint64 sent_total;
