@@ -340,7 +340,8 @@ relay_alive(BackgroundWorkerHandle *relay)
 
 /*
  * outbox_utility: around DROP DATABASE of a database with a relay, stop
- * the relay first so the drop does not fail on its connection.
+ * the relay first so the drop does not fail on its connection; at COMMIT
+ * PREPARED, wake the relay when it commits.
  */
 static void
 outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
@@ -354,6 +355,14 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (outbox_shared != NULL && IsA(stmt, DropdbStmt))
 		dboid = database_to_hold((DropdbStmt *) stmt,
 								 context == PROCESS_UTILITY_TOPLEVEL);
+	/*
+	 * The prepared transaction may have enqueued: its PREPARE could not
+	 * wake the relay, and the commit happens here, in a session that may
+	 * never have enqueued.  A spurious wake costs the relay one round.
+	 */
+	if (IsA(stmt, TransactionStmt) &&
+		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED)
+		outbox_wake_relay_at_commit();
 
 	if (OidIsValid(dboid))
 		hold_database(dboid);

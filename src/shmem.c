@@ -127,6 +127,14 @@ wake_on_commit(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_at_commit = false;
 			break;
+		case XACT_EVENT_PREPARE:
+			/*
+			 * Nothing is visible yet, and no COMMIT or ABORT event follows in
+			 * this session: the flag would wake the relay at the session's
+			 * next commit.  COMMIT PREPARED wakes it (see outbox_utility).
+			 */
+			wake_at_commit = false;
+			break;
 		default:
 			break;
 	}
@@ -161,6 +169,9 @@ shmem_startup(void)
 		memset(outbox_shared, 0, sizeof(OutboxShared));
 		SpinLockInit(&outbox_shared->mutex);
 		pg_atomic_init_u64(&outbox_shared->relay_proc, 0);
+		pg_atomic_init_u64(&outbox_shared->sent_total, 0);
+		pg_atomic_init_u64(&outbox_shared->failed_total, 0);
+		pg_atomic_init_u64(&outbox_shared->retried_total, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
