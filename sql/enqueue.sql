@@ -82,18 +82,46 @@ SELECT outbox.enqueue('T', 'k249', '{}', topic => repeat('t', 249)) IS NOT NULL 
 -- A name far too long is shown in part.
 SELECT regexp_replace(err(format('SELECT outbox.enqueue(%L, %L, %L, topic => %L)', 'T', 'k', '{}', repeat('ab', 200) || ' x')), '(ab)+', 'abab', 'g');
 SELECT outbox.enqueue('T', 'k-dots', '{}', topic => '...') IS NOT NULL AS three_dots_ok;
+-- Kafka's internal topics ("__consumer_offsets", "__transaction_state")
+-- are no producer's to write, given or from outbox.default_topic.
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => '__consumer_offsets')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'k', '{}', topic => '__')$$);
+SELECT err($$SET outbox.default_topic = '__{biz_type}'$$);
+SET outbox.default_topic = '{biz_type}';
+SELECT err($$SELECT outbox.enqueue('__transaction_state', 'k', '{}')$$);
+RESET outbox.default_topic;
+SELECT outbox.enqueue('T', 'k-underscore', '{}', topic => '_schemas') IS NOT NULL AS one_underscore_ok;
+SELECT outbox.enqueue('T', 'k-inner', '{}', topic => 'a__b') IS NOT NULL AS inner_underscores_ok;
 
--- Payload size limit, measured on the JSON text.
+-- Size limit: what Kafka counts of a message, the payload as compact JSON
+-- text, the message key, and the header names and values.
 SET outbox.max_payload_size = '64B';
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'big', json_build_object('s', repeat('x', 60))));
 SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS fits;
--- Exactly at the limit fits; escaping counts (a control character takes six bytes).
-SELECT outbox.enqueue('T', 'exact', json_build_object('s', repeat('x', 56))::jsonb) IS NOT NULL AS exact_fits;
+-- Exactly at the limit fits (59 bytes of payload, a key of 5); escaping
+-- counts (a control character takes six bytes).
+SELECT outbox.enqueue('T', 'exact', json_build_object('s', repeat('x', 51))::jsonb) IS NOT NULL AS exact_fits;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'escaped', json_build_object('s', repeat(chr(1), 10))));
-SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 57))));
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 49))));
+-- The key that counts is msg_key when given.
+SELECT outbox.enqueue('T', 'exact-mk', json_build_object('s', repeat('x', 51))::jsonb,
+                      msg_key => 'exact') IS NOT NULL AS exact_msg_key_fits;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, msg_key => %L)', 'T', 'mk-over',
+                  json_build_object('s', repeat('x', 51)), 'exact1'));
+-- Header names and values count: 2 + 2 + 1 + 59 bytes fit, one more not.
+SELECT outbox.enqueue('T', 'hd', '{}', headers => jsonb_build_object('n', repeat('v', 59))) IS NOT NULL AS header_fits;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'hd-over', '{}',
+                  jsonb_build_object('n', repeat('v', 57))));
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'hn-over', '{}',
+                  jsonb_build_object(repeat('n', 60), '')));
 RESET outbox.max_payload_size;
 SHOW outbox.max_payload_size;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'huge', json_build_object('s', repeat('x', 1048576))));
+-- A 5 MB header value with a small payload: refused here, not by the broker.
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'huge-header', '{}',
+                  jsonb_build_object('trace', repeat('v', 5 * 1024 * 1024))));
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'many-headers', '{}',
+                  (SELECT jsonb_object_agg('h' || i, repeat('v', 20000)) FROM generate_series(1, 60) i)));
 
 -- Headers: a flat object of strings, no reserved names.
 SELECT err($$SELECT outbox.enqueue('T', 'h', '{}', headers => '["a"]')$$);

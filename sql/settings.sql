@@ -22,5 +22,28 @@ SET ROLE outbox_reader;
 SELECT err($$SHOW outbox.kafka_properties$$);
 SELECT count(*) AS visible FROM pg_settings WHERE name = 'outbox.kafka_properties';
 SELECT err($$SET outbox.max_payload_size = '10MB'$$);
+-- Where events go, and which topics and consumer names a role may use,
+-- are a superuser's to set.
+SELECT err($$SET outbox.default_topic = '__consumer_offsets'$$);
+SELECT err($$SET outbox.default_topic = 'other.{biz_type}'$$);
+SELECT err($$SET outbox.allowed_topics = '*'$$);
+SELECT err($$SET outbox.allowed_consumers = ''$$);
+SHOW outbox.allowed_topics;
 RESET ROLE;
 DROP ROLE outbox_reader;
+
+-- The allowed lists are checked when set: comma-separated names, a
+-- trailing "*" for a prefix, blanks around entries ignored.
+SET outbox.allowed_topics = ' orders.* , billing,payments ';
+SHOW outbox.allowed_topics;
+SET outbox.allowed_topics = '*';
+SELECT err($$SET outbox.allowed_topics = 'orders,,billing'$$);
+SELECT err($$SET outbox.allowed_topics = 'orders,'$$);
+SELECT err($$SET outbox.allowed_topics = 'bad topic'$$);
+SELECT err($$SET outbox.allowed_topics = 'or*ders'$$);
+SELECT regexp_replace(err(format('SET outbox.allowed_topics = %L', repeat('t', 250))), 't{250}', 't...t');
+SET outbox.allowed_consumers = 'inventory, billing-*, ключ';
+SELECT err($$SET outbox.allowed_consumers = 'a*b'$$);
+SELECT regexp_replace(err(format('SET outbox.allowed_consumers = %L', repeat('c', 257))), 'c{257}', 'c...c');
+RESET outbox.allowed_topics;
+RESET outbox.allowed_consumers;

@@ -29,6 +29,11 @@ static const char *const claim_sql =
 	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 
 /*
+ * Both statements run with the rights of the extension's owner, under the
+ * caller's search_path: the table is schema-qualified, every operator is
+ * pg_catalog's and the parameters are typed, so nothing the caller can
+ * create is resolved.
+ *
  * Lock the claim that made ours a duplicate.  The lock is WAL-logged, so
  * the caller's COMMIT waits for synchronous replication as a first claim's
  * would: a transaction that wrote no WAL commits without waiting, and the
@@ -38,7 +43,10 @@ static const char *const claim_sql =
  */
 static const char *const claimed_sql =
 	"SELECT 1 FROM outbox.consumer_dedup"
-	" WHERE consumer = $1 AND (event_id = $2 OR (biz_type = $3 AND biz_key = $4))"
+	" WHERE consumer OPERATOR(pg_catalog.=) $1"
+	"   AND (event_id OPERATOR(pg_catalog.=) $2"
+	"        OR (biz_type OPERATOR(pg_catalog.=) $3"
+	"            AND biz_key OPERATOR(pg_catalog.=) $4))"
 	" FOR KEY SHARE";
 
 static SPIPlanPtr claim_plan = NULL;
@@ -87,16 +95,21 @@ outbox_claim(PG_FUNCTION_ARGS)
 }
 
 /*
- * check_claim_args: consumer and event_id are required; biz_type and
- * biz_key come together or not at all.
+ * check_claim_args: consumer and event_id are required, and the consumer
+ * one outbox.allowed_consumers allows; biz_type and biz_key come together
+ * or not at all.
  */
 static void
 check_claim_args(FunctionCallInfo fcinfo)
 {
+	text *consumer;
+
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						errmsg("consumer must not be null")));
-	outbox_check_consumer(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	consumer = PG_GETARG_TEXT_PP(0);
+	outbox_check_consumer(consumer);
+	outbox_check_allowed_consumer(consumer);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -111,7 +124,7 @@ check_claim_args(FunctionCallInfo fcinfo)
 				 "Either both identify the business fact, or neither is passed.")));
 	if (!PG_ARGISNULL(2))
 	{
-		outbox_check_key("biz_type", text_to_cstring(PG_GETARG_TEXT_PP(2)));
-		outbox_check_key("biz_key", text_to_cstring(PG_GETARG_TEXT_PP(3)));
+		outbox_check_key("biz_type", PG_GETARG_TEXT_PP(2));
+		outbox_check_key("biz_key", PG_GETARG_TEXT_PP(3));
 	}
 }

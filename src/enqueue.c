@@ -15,7 +15,6 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
@@ -29,11 +28,15 @@ typedef struct EnqueueArgs
 	char nulls[6];   /* SPI null flags: ' ' or 'n' */
 } EnqueueArgs;
 
-/* Most bytes of an invalid topic name an error message shows. */
-#define TOPIC_SHOWN_MAX_LEN 255
-
 static const Oid enqueue_argtypes[6] = {TEXTOID, TEXTOID,  TEXTOID,
 										TEXTOID, JSONBOID, JSONBOID};
+
+/*
+ * The statements run with the rights of the extension's owner, under the
+ * caller's search_path: every name in them is schema-qualified and every
+ * operator is pg_catalog's, so that nothing the caller can create is
+ * resolved (parameters are typed, so no operator needs a guess either).
+ */
 
 /*
  * Insert unless the key exists.  On a concurrent uncommitted insert of the
@@ -46,24 +49,32 @@ static const char *const insert_sql =
 	" ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id";
 
 /*
- * The existing event for the key, and whether its content is the same.
- * The row lock is WAL-logged, so a retry's COMMIT waits for synchronous
- * replication as the first one did (a transaction that wrote no WAL does
- * not wait): the event found may exist only on a primary just recovered
- * from a crash, and an acknowledged retry promises it.
+ * The existing event for the key, and whether its content is the same
+ * (headers both NULL or equal: IS NOT DISTINCT FROM would look up "=" by
+ * name).  The row lock is WAL-logged, so a retry's COMMIT waits for
+ * synchronous replication as the first one did (a transaction that wrote
+ * no WAL does not wait): the event found may exist only on a primary just
+ * recovered from a crash, and an acknowledged retry promises it.
  */
 static const char *const existing_sql =
-	"SELECT id, topic = $3 AND msg_key = $4 AND payload = $5"
-	"       AND headers IS NOT DISTINCT FROM $6"
-	"  FROM outbox.event_log WHERE biz_type = $1 AND biz_key = $2"
+	"SELECT id, topic OPERATOR(pg_catalog.=) $3"
+	"       AND msg_key OPERATOR(pg_catalog.=) $4"
+	"       AND payload OPERATOR(pg_catalog.=) $5"
+	"       AND COALESCE(headers OPERATOR(pg_catalog.=) $6,"
+	"                    headers IS NULL AND $6 IS NULL)"
+	"  FROM outbox.event_log"
+	" WHERE biz_type OPERATOR(pg_catalog.=) $1"
+	"   AND biz_key OPERATOR(pg_catalog.=) $2"
 	"   FOR KEY SHARE";
 
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr existing_plan = NULL;
 
 static void read_args(FunctionCallInfo fcinfo, EnqueueArgs *args);
-static text *required_key(FunctionCallInfo fcinfo, int argno, const char *name);
-static Datum resolve_topic(FunctionCallInfo fcinfo, text *biz_type);
+static text *required_key(FunctionCallInfo fcinfo, int argno, const char *name,
+						  int *len);
+static Datum resolve_topic(FunctionCallInfo fcinfo, text *biz_type,
+						   int type_len);
 static bool insert_event(EnqueueArgs *args, int64 *id);
 static bool existing_event(EnqueueArgs *args, int64 *id);
 static bool first_int8(int64 *id);
@@ -106,13 +117,19 @@ outbox_enqueue(PG_FUNCTION_ARGS)
 
 /*
  * read_args: check every argument and fill in the defaults for topic
- * (outbox.default_topic) and msg_key (biz_key).
+ * (outbox.default_topic) and msg_key (biz_key).  Each argument is fetched
+ * (and detoasted) once and checked in place.
  */
 static void
 read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
 {
-	text *biz_type = required_key(fcinfo, 0, "biz_type");
-	text *biz_key = required_key(fcinfo, 1, "biz_key");
+	int type_len;
+	int key_len;
+	text *biz_type = required_key(fcinfo, 0, "biz_type", &type_len);
+	text *biz_key = required_key(fcinfo, 1, "biz_key", &key_len);
+	text *msg_key = biz_key;
+	Jsonb *payload;
+	size_t header_len = 0;
 
 	if (PG_ARGISNULL(2))
 		ereport(
@@ -121,78 +138,78 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
 			 errmsg("payload must not be null"),
 			 errhint(
 				 "Use the JSON value 'null'::jsonb for an event without content.")));
-	outbox_check_payload(PG_GETARG_JSONB_P(2));
+	payload = PG_GETARG_JSONB_P(2);
 
 	memset(args->nulls, ' ', sizeof(args->nulls));
 	args->values[0] = PointerGetDatum(biz_type);
 	args->values[1] = PointerGetDatum(biz_key);
-	args->values[2] = resolve_topic(fcinfo, biz_type);
-	args->values[4] = PointerGetDatum(PG_GETARG_JSONB_P(2));
+	args->values[2] = resolve_topic(fcinfo, biz_type, type_len);
+	args->values[4] = PointerGetDatum(payload);
+
+	if (!PG_ARGISNULL(5))
+	{
+		msg_key = PG_GETARG_TEXT_PP(5);
+		key_len = outbox_check_key("msg_key", msg_key);
+	}
+	args->values[3] = PointerGetDatum(msg_key);
 
 	if (PG_ARGISNULL(4))
 		args->nulls[5] = 'n';
 	else
 	{
-		outbox_check_headers(PG_GETARG_JSONB_P(4));
-		args->values[5] = PointerGetDatum(PG_GETARG_JSONB_P(4));
-	}
+		Jsonb *headers = PG_GETARG_JSONB_P(4);
 
-	if (PG_ARGISNULL(5))
-		args->values[3] = PointerGetDatum(biz_key);
-	else
-	{
-		outbox_check_key("msg_key", text_to_cstring(PG_GETARG_TEXT_PP(5)));
-		args->values[3] = PointerGetDatum(PG_GETARG_TEXT_PP(5));
+		header_len = outbox_check_headers(headers);
+		args->values[5] = PointerGetDatum(headers);
 	}
+	outbox_check_size(payload, key_len, header_len);
 }
 
 /*
- * required_key: argument argno, which must be a non-null, non-empty key.
+ * required_key: argument argno, which must be a non-null, non-empty key;
+ * its length in *len.
  */
 static text *
-required_key(FunctionCallInfo fcinfo, int argno, const char *name)
+required_key(FunctionCallInfo fcinfo, int argno, const char *name, int *len)
 {
+	text *value;
+
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						errmsg("%s must not be null", name)));
-	outbox_check_key(name, text_to_cstring(PG_GETARG_TEXT_PP(argno)));
-	return PG_GETARG_TEXT_PP(argno);
+	value = PG_GETARG_TEXT_PP(argno);
+	*len = outbox_check_key(name, value);
+	return value;
 }
 
 /*
  * resolve_topic: the topic argument, or the one outbox.default_topic
- * gives for biz_type; either way a legal Kafka topic name.
+ * gives for biz_type; either way a legal Kafka topic name that the
+ * session's outbox.allowed_topics allows.
  */
 static Datum
-resolve_topic(FunctionCallInfo fcinfo, text *biz_type)
+resolve_topic(FunctionCallInfo fcinfo, text *biz_type, int type_len)
 {
-	bool given = !PG_ARGISNULL(3);
-	char *topic;
-	const char *problem;
+	bool from_default = PG_ARGISNULL(3);
+	text *topic;
+	size_t len;
 
-	if (given)
-		topic = text_to_cstring(PG_GETARG_TEXT_PP(3));
-	else
-		topic = outbox_topic_from_pattern(outbox_default_topic,
-										  text_to_cstring(biz_type));
-	problem = outbox_topic_problem(topic);
-	if (problem != NULL)
+	if (from_default)
 	{
-		/* A name far too long is shown in part: it may be megabytes. */
-		int shown = pg_mbcliplen(topic, strlen(topic), TOPIC_SHOWN_MAX_LEN);
+		char *name = outbox_topic_from_pattern(
+			outbox_default_topic, VARDATA_ANY(biz_type), type_len, &len);
 
-		ereport(
-			ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid Kafka topic name \"%.*s%s\"", shown, topic,
-					topic[shown] != '\0' ? "..." : ""),
-			 errdetail("A Kafka topic name %s.", problem),
-			 given
-				 ? 0
-				 : errhint(
-					   "The topic came from outbox.default_topic; pass topic explicitly.")));
+		topic = cstring_to_text_with_len(name, len);
+		pfree(name);
 	}
-	return CStringGetTextDatum(topic);
+	else
+	{
+		topic = PG_GETARG_TEXT_PP(3);
+		len = VARSIZE_ANY_EXHDR(topic);
+	}
+	outbox_check_topic(VARDATA_ANY(topic), len, from_default);
+	outbox_check_allowed_topic(VARDATA_ANY(topic), len);
+	return PointerGetDatum(topic);
 }
 
 /*
@@ -236,9 +253,8 @@ existing_event(EnqueueArgs *args, int64 *id)
 						   "exists with different content",
 						   TextDatumGetCString(args->values[0]),
 						   TextDatumGetCString(args->values[1])),
-					errdetail("Event %lld has the same key but another topic, "
-							  "payload, headers or msg_key.",
-							  (long long) *id),
+					errdetail("The event stored under this key has another "
+							  "topic, payload, headers or msg_key."),
 					errhint("Use a new biz_key for a new business fact.")));
 	return false; /* not reached */
 }

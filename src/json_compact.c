@@ -4,7 +4,8 @@
  *
  * This is the form the relay sends as the Kafka message value, and the one
  * enqueue measures against outbox.max_payload_size, so the limit applies
- * to exactly the bytes that reach the broker.
+ * to exactly the bytes that reach the broker.  Enqueue only measures: the
+ * size is counted token by token without building the text.
  *
  * src/json_compact.c
  */
@@ -20,6 +21,10 @@
 
 static void append_scalar(StringInfo out, JsonbValue *v);
 static size_t least_length(JsonbIteratorToken tok, JsonbValue *v);
+static size_t token_size(JsonbIteratorToken tok, JsonbValue *v,
+						 bool *need_comma, bool *raw_scalar);
+static size_t scalar_size(JsonbValue *v);
+static size_t escaped_size(const char *s, int len);
 
 /*
  * outbox_json_compact: append jb to out as compact JSON text.  With a
@@ -135,4 +140,127 @@ append_scalar(StringInfo out, JsonbValue *v)
 		default:
 			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
 	}
+}
+
+/*
+ * outbox_json_compact_size: the length of jb as compact JSON text, in
+ * *size; the same bytes outbox_json_compact writes.  Stops and returns
+ * false once the length is known to exceed limit, *size then being a
+ * length already passed.
+ */
+bool
+outbox_json_compact_size(Jsonb *jb, int64 limit, size_t *size)
+{
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue v;
+	bool need_comma = false;
+	bool raw_scalar = false;
+	size_t total = 0;
+
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		total += token_size(tok, &v, &need_comma, &raw_scalar);
+		if ((int64) total > limit)
+		{
+			*size = total;
+			return false;
+		}
+	}
+	*size = total;
+	return true;
+}
+
+/*
+ * token_size: the bytes one iterator token adds to compact JSON text,
+ * following outbox_json_compact's rules for commas and raw scalars.
+ */
+static size_t
+token_size(JsonbIteratorToken tok, JsonbValue *v, bool *need_comma,
+		   bool *raw_scalar)
+{
+	size_t comma = *need_comma ? 1 : 0;
+
+	switch (tok)
+	{
+		case WJB_BEGIN_ARRAY:
+			*raw_scalar = v->val.array.rawScalar;
+			*need_comma = false;
+			return *raw_scalar ? 0 : comma + 1;
+		case WJB_BEGIN_OBJECT:
+			*need_comma = false;
+			return comma + 1;
+		case WJB_KEY:
+			*need_comma = false;
+			return comma + scalar_size(v) + 1;
+		case WJB_ELEM:
+			*need_comma = true;
+			return comma + scalar_size(v);
+		case WJB_VALUE:
+			*need_comma = true;
+			return scalar_size(v);
+		case WJB_END_ARRAY:
+			*need_comma = true;
+			return *raw_scalar ? 0 : 1;
+		case WJB_END_OBJECT:
+			*need_comma = true;
+			return 1;
+		default:
+			elog(ERROR, "unexpected jsonb iterator token %d", (int) tok);
+	}
+	return 0; /* not reached */
+}
+
+/*
+ * scalar_size: the bytes of one scalar (or object key) as JSON text.
+ */
+static size_t
+scalar_size(JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			return 4;
+		case jbvBool:
+			return v->val.boolean ? 4 : 5;
+		case jbvNumeric:
+		{
+			char *digits = DatumGetCString(DirectFunctionCall1(
+				numeric_out, NumericGetDatum(v->val.numeric)));
+			size_t len = strlen(digits);
+
+			pfree(digits);
+			return len;
+		}
+		case jbvString:
+			return escaped_size(v->val.string.val, v->val.string.len);
+		default:
+			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
+	}
+	return 0; /* not reached */
+}
+
+/*
+ * escaped_size: the bytes escape_json makes of len bytes of a string,
+ * quotes included: two for a quote, a backslash, backspace, form feed,
+ * newline, carriage return or tab, six for another control character
+ * (\u00XX), one for any other byte.
+ */
+static size_t
+escaped_size(const char *s, int len)
+{
+	size_t size = (size_t) len + 2;
+
+	for (int i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+			c == '\r' || c == '\t')
+			size += 1;
+		else if (c < ' ')
+			size += 5;
+	}
+	return size;
 }

@@ -41,6 +41,10 @@ PG_MODULE_MAGIC;
 
 char *outbox_default_topic = NULL;
 int outbox_max_payload_size = DEFAULT_MAX_PAYLOAD_SIZE;
+OutboxNameList *outbox_allowed_topic_list = NULL;
+OutboxNameList *outbox_allowed_consumer_list = NULL;
+static char *allowed_topics = NULL;
+static char *allowed_consumers = NULL;
 char *outbox_database = NULL;
 char *outbox_kafka_brokers = NULL;
 char *outbox_kafka_properties = NULL;
@@ -58,7 +62,14 @@ int outbox_alert_delay = DEFAULT_ALERT_DELAY_S;
 void _PG_init(void);
 static void define_enqueue_settings(void);
 static void define_relay_settings(void);
+static void define_allowed_settings(void);
 static bool check_default_topic(char **newval, void **extra, GucSource source);
+static bool check_allowed_topics(char **newval, void **extra, GucSource source);
+static bool check_allowed_consumers(char **newval, void **extra,
+									GucSource source);
+static bool check_name_list(char **newval, void **extra, bool topics);
+static void assign_allowed_topics(const char *newval, void *extra);
+static void assign_allowed_consumers(const char *newval, void *extra);
 static bool check_kafka_properties(char **newval, void **extra,
 								   GucSource source);
 
@@ -90,7 +101,9 @@ _PG_init(void)
 }
 
 /*
- * define_enqueue_settings: settings read by outbox.enqueue().
+ * define_enqueue_settings: settings read by outbox.enqueue() and
+ * outbox.claim().  All are for superusers: they route events and bound
+ * what one service may do to another's topics and claims.
  */
 static void
 define_enqueue_settings(void)
@@ -99,16 +112,43 @@ define_enqueue_settings(void)
 		"outbox.default_topic",
 		gettext_noop("Kafka topic of events enqueued without one."),
 		gettext_noop("\"{biz_type}\" is replaced by the event's biz_type."),
-		&outbox_default_topic, DEFAULT_TOPIC_PATTERN, PGC_USERSET, 0,
+		&outbox_default_topic, DEFAULT_TOPIC_PATTERN, PGC_SUSET, 0,
 		check_default_topic, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.max_payload_size",
 		gettext_noop(
-			"Largest payload outbox.enqueue() accepts, as compact JSON text."),
-		gettext_noop("Keep it at or below the broker's message.max.bytes."),
+			"Largest event outbox.enqueue() accepts: payload as compact JSON, key and headers."),
+		gettext_noop(
+			"Counts what Kafka's message.max.bytes counts: the payload as compact JSON text, the message key, and the names and values of the event's headers. Keep it below the broker's message.max.bytes."),
 		&outbox_max_payload_size, DEFAULT_MAX_PAYLOAD_SIZE, 1,
 		MAX_MAX_PAYLOAD_SIZE, PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+
+	define_allowed_settings();
+}
+
+/*
+ * define_allowed_settings: the topics and consumer names a session may
+ * use, set per role or database by a superuser.
+ */
+static void
+define_allowed_settings(void)
+{
+	DefineCustomStringVariable(
+		"outbox.allowed_topics",
+		gettext_noop("Topics outbox.enqueue() may write to; empty: any."),
+		gettext_noop(
+			"Comma-separated topic names; a trailing \"*\" makes a prefix. Set per role with ALTER ROLE ... SET."),
+		&allowed_topics, "", PGC_SUSET, 0, check_allowed_topics,
+		assign_allowed_topics, NULL);
+
+	DefineCustomStringVariable(
+		"outbox.allowed_consumers",
+		gettext_noop("Consumer names outbox.claim() may claim under; empty: any."),
+		gettext_noop(
+			"Comma-separated consumer names; a trailing \"*\" makes a prefix. Set per role with ALTER ROLE ... SET."),
+		&allowed_consumers, "", PGC_SUSET, 0, check_allowed_consumers,
+		assign_allowed_consumers, NULL);
 }
 
 /*
@@ -203,11 +243,12 @@ check_default_topic(char **newval, void **extra, GucSource source)
 {
 	const char *problem;
 	char *example;
+	size_t len;
 
 	if (*newval == NULL)
 		return true;
-	example = outbox_topic_from_pattern(*newval, "x");
-	problem = outbox_topic_problem(example);
+	example = outbox_topic_from_pattern(*newval, "x", 1, &len);
+	problem = outbox_topic_problem(example, len);
 	pfree(example);
 	if (problem != NULL)
 	{
@@ -215,6 +256,64 @@ check_default_topic(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * check_allowed_topics: parse outbox.allowed_topics once per new value.
+ */
+static bool
+check_allowed_topics(char **newval, void **extra, GucSource source)
+{
+	return check_name_list(newval, extra, true);
+}
+
+/*
+ * check_allowed_consumers: parse outbox.allowed_consumers once per new
+ * value.
+ */
+static bool
+check_allowed_consumers(char **newval, void **extra, GucSource source)
+{
+	return check_name_list(newval, extra, false);
+}
+
+/*
+ * check_name_list: parse a name list into *extra, which the assign hook
+ * then publishes, so that enqueue and claim never parse it per call.
+ */
+static bool
+check_name_list(char **newval, void **extra, bool topics)
+{
+	const char *problem = NULL;
+
+	if (*newval == NULL)
+		return true;
+	*extra = outbox_name_list_parse(*newval, topics, &problem);
+	if (problem != NULL)
+	{
+		GUC_check_errdetail("%s", problem);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * assign_allowed_topics: publish the list check_allowed_topics parsed.
+ */
+static void
+assign_allowed_topics(const char *newval, void *extra)
+{
+	outbox_allowed_topic_list = (OutboxNameList *) extra;
+}
+
+/*
+ * assign_allowed_consumers: publish the list check_allowed_consumers
+ * parsed.
+ */
+static void
+assign_allowed_consumers(const char *newval, void *extra)
+{
+	outbox_allowed_consumer_list = (OutboxNameList *) extra;
 }
 
 /*

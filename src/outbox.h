@@ -83,10 +83,15 @@ typedef struct OutboxShared
 	OutboxSecond seconds[OUTBOX_MINUTE_SLOTS];
 } OutboxShared;
 
+/* A parsed outbox.allowed_topics or outbox.allowed_consumers. */
+typedef struct OutboxNameList OutboxNameList;
+
 /* Settings (outbox.c) */
 
 extern char *outbox_default_topic;
 extern int outbox_max_payload_size;
+extern OutboxNameList *outbox_allowed_topic_list;
+extern OutboxNameList *outbox_allowed_consumer_list;
 extern char *outbox_database;
 extern char *outbox_kafka_brokers;
 extern char *outbox_kafka_properties;
@@ -127,17 +132,25 @@ extern bool outbox_relay_held(void);
 
 /* Input checks (validate.c) */
 
-extern const char *outbox_topic_problem(const char *topic);
-extern char *outbox_topic_from_pattern(const char *pattern,
-									   const char *biz_type);
-extern void outbox_check_key(const char *name, const char *value);
-extern void outbox_check_consumer(const char *value);
-extern void outbox_check_payload(Jsonb *payload);
-extern void outbox_check_headers(Jsonb *headers);
+extern const char *outbox_topic_problem(const char *topic, size_t len);
+extern void outbox_check_topic(const char *topic, size_t len, bool from_default);
+extern char *outbox_topic_from_pattern(const char *pattern, const char *biz_type,
+									   int type_len, size_t *len);
+extern int outbox_check_key(const char *name, text *value);
+extern int outbox_check_consumer(text *value);
+extern void outbox_check_size(Jsonb *payload, int key_len, size_t header_len);
+extern size_t outbox_check_headers(Jsonb *headers);
+extern OutboxNameList *outbox_name_list_parse(const char *value, bool topics,
+											  const char **problem);
+extern bool outbox_name_allowed(const OutboxNameList *list, const char *name,
+								size_t len);
+extern void outbox_check_allowed_topic(const char *topic, size_t len);
+extern void outbox_check_allowed_consumer(text *consumer);
 
 /* Compact JSON text (json_compact.c) */
 
 extern bool outbox_json_compact(StringInfo out, Jsonb *jb, int limit);
+extern bool outbox_json_compact_size(Jsonb *jb, int64 limit, size_t *size);
 
 /* Prepared statements kept for the life of the backend (plan.c) */
 

@@ -4,7 +4,9 @@
  *
  * Everything a caller can get wrong is rejected here, before any row is
  * written, with an SQLSTATE of class 22 (data exception) so that clients
- * can tell bad input from a failing server.
+ * can tell bad input from a failing server; a topic or consumer name the
+ * caller's role is not allowed gets 42501.  The checks work on the text
+ * arguments in place: enqueue runs once per event and every copy counts.
  *
  * src/validate.c
  */
@@ -20,40 +22,105 @@
 static const char *const reserved_headers[] = {"event_id", "biz_type",
 											   "biz_key"};
 
-static void check_length(const char *name, const char *value, int max_len);
+/*
+ * An entry of outbox.allowed_topics or outbox.allowed_consumers: a name,
+ * or with a trailing "*" a prefix.
+ */
+typedef struct OutboxNamePattern
+{
+	const char *name; /* not NUL-terminated */
+	int len;
+	bool prefix;
+} OutboxNamePattern;
+
+/* A parsed list: one malloc'd block, as GUC "extra" data must be. */
+struct OutboxNameList
+{
+	int count;
+	OutboxNamePattern items[FLEXIBLE_ARRAY_MEMBER];
+};
+
+/* Most bytes of an invalid topic name an error message shows. */
+#define TOPIC_SHOWN_MAX_LEN 255
+
+static int check_length(const char *name, text *value, int max_len);
+static void check_header_value(JsonbValue *value);
 static void check_header_name(const char *name, int len);
+static bool topic_char(char c);
+static const char *parse_name_pattern(const char *entry, size_t len,
+									  bool topics, OutboxNamePattern *item);
 
 /*
- * outbox_topic_problem: NULL if topic is a legal Kafka topic name, else
- * the rule it breaks, worded to follow "A Kafka topic name".
+ * outbox_topic_problem: NULL if the len bytes at topic are a legal Kafka
+ * topic name that a producer may write to, else the rule it breaks, worded
+ * to follow "A Kafka topic name".
  */
 const char *
-outbox_topic_problem(const char *topic)
+outbox_topic_problem(const char *topic, size_t len)
 {
-	size_t len = strlen(topic);
-
 	if (len == 0)
 		return "must not be empty";
 	if (len > OUTBOX_TOPIC_MAX_LEN)
 		return "must be at most 249 characters long";
-	if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
+	if ((len == 1 && topic[0] == '.') ||
+		(len == 2 && topic[0] == '.' && topic[1] == '.'))
 		return "must not be \".\" or \"..\"";
-	for (const char *c = topic; *c; c++)
+	for (size_t i = 0; i < len; i++)
 	{
-		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-			  (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-'))
+		if (!topic_char(topic[i]))
 			return "may contain only ASCII letters, digits, \".\", \"_\" and "
 				   "\"-\"";
 	}
+	/* Kafka's own topics (__consumer_offsets...); never the outbox's. */
+	if (len >= 2 && topic[0] == '_' && topic[1] == '_')
+		return "must not start with \"__\", which Kafka keeps for its "
+			   "internal topics";
 	return NULL;
 }
 
 /*
- * outbox_topic_from_pattern: the topic for biz_type under a routing
- * pattern, each "{biz_type}" replaced by biz_type.  Palloc'd.
+ * topic_char: whether c may appear in a Kafka topic name.
+ */
+static bool
+topic_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		   (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+}
+
+/*
+ * outbox_check_topic: reject a topic that is no legal Kafka topic name;
+ * from_default says it came from outbox.default_topic.
+ */
+void
+outbox_check_topic(const char *topic, size_t len, bool from_default)
+{
+	const char *problem = outbox_topic_problem(topic, len);
+	int shown;
+
+	if (problem == NULL)
+		return;
+	/* A name far too long is shown in part: it may be megabytes. */
+	shown = pg_mbcliplen(topic, len, TOPIC_SHOWN_MAX_LEN);
+	ereport(
+		ERROR,
+		(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		 errmsg("invalid Kafka topic name \"%.*s%s\"", shown, topic,
+				(size_t) shown < len ? "..." : ""),
+		 errdetail("A Kafka topic name %s.", problem),
+		 from_default
+			 ? errhint("The topic came from outbox.default_topic; pass topic explicitly.")
+			 : 0));
+}
+
+/*
+ * outbox_topic_from_pattern: the topic for biz_type (type_len bytes) under
+ * a routing pattern, each "{biz_type}" replaced by biz_type.  Palloc'd,
+ * its length in *len.
  */
 char *
-outbox_topic_from_pattern(const char *pattern, const char *biz_type)
+outbox_topic_from_pattern(const char *pattern, const char *biz_type,
+						  int type_len, size_t *len)
 {
 	StringInfoData buf;
 	const char *rest = pattern;
@@ -64,85 +131,105 @@ outbox_topic_from_pattern(const char *pattern, const char *biz_type)
 	while ((hit = strstr(rest, OUTBOX_TOPIC_PLACEHOLDER)) != NULL)
 	{
 		appendBinaryStringInfo(&buf, rest, hit - rest);
-		appendStringInfoString(&buf, biz_type);
+		appendBinaryStringInfo(&buf, biz_type, type_len);
 		rest = hit + holder_len;
 	}
 	appendStringInfoString(&buf, rest);
+	*len = buf.len;
 	return buf.data;
 }
 
 /*
  * outbox_check_key: reject an empty or oversized biz_type, biz_key or
- * msg_key.  NULL is checked by the caller, which knows the default.
+ * msg_key; its length in bytes.  NULL is checked by the caller, which
+ * knows the default.
  */
-void
-outbox_check_key(const char *name, const char *value)
+int
+outbox_check_key(const char *name, text *value)
 {
-	check_length(name, value, OUTBOX_KEY_MAX_LEN);
+	return check_length(name, value, OUTBOX_KEY_MAX_LEN);
 }
 
 /*
- * outbox_check_consumer: reject an empty or oversized consumer name.
+ * outbox_check_consumer: reject an empty or oversized consumer name; its
+ * length in bytes.
  */
-void
-outbox_check_consumer(const char *value)
+int
+outbox_check_consumer(text *value)
 {
-	check_length("consumer", value, OUTBOX_CONSUMER_MAX_LEN);
+	return check_length("consumer", value, OUTBOX_CONSUMER_MAX_LEN);
 }
 
 /*
  * check_length: value, the argument called name, must have 1 to max_len
- * bytes.
+ * bytes; returns how many it has.
  */
-static void
-check_length(const char *name, const char *value, int max_len)
+static int
+check_length(const char *name, text *value, int max_len)
 {
-	size_t len = strlen(value);
+	int len = VARSIZE_ANY_EXHDR(value);
 
 	if (len == 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s must not be empty", name)));
-	if (len > (size_t) max_len)
+	if (len > max_len)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
 				 errmsg("%s is too long", name),
-				 errdetail("It has %zu bytes; the limit is %d.", len, max_len)));
+				 errdetail("It has %d bytes; the limit is %d.", len, max_len)));
+	return len;
 }
 
 /*
- * outbox_check_payload: reject a payload whose compact JSON text, the form
- * in which it is sent, exceeds outbox.max_payload_size.
+ * outbox_check_size: reject an event whose Kafka message would exceed
+ * outbox.max_payload_size: the payload as compact JSON text, the message
+ * key (key_len bytes) and the header names and values (header_len bytes),
+ * the parts of a record Kafka's message.max.bytes counts.
  */
 void
-outbox_check_payload(Jsonb *payload)
+outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 {
-	StringInfoData text;
-	bool fits;
+	int64 limit = outbox_max_payload_size;
+	int64 budget = limit - key_len - (int64) header_len;
+	size_t value_len = 0;
+	bool complete;
 
-	initStringInfo(&text);
-	fits = outbox_json_compact(&text, payload, outbox_max_payload_size);
-	pfree(text.data);
-	if (!fits)
+	if (budget < 0)
 		ereport(
 			ERROR,
 			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-			 errmsg("payload is too large"),
-			 errdetail(
-				 "Its JSON text is longer than outbox.max_payload_size (%d bytes).",
-				 outbox_max_payload_size),
+			 errmsg("event is too large"),
+			 errdetail("Its message key (%d bytes) and header names and values "
+					   "(%zu bytes) alone exceed outbox.max_payload_size (%d "
+					   "bytes).",
+					   key_len, header_len, outbox_max_payload_size),
+			 errhint("Send large values in the payload of another event, or "
+					 "a reference to them.")));
+	complete = outbox_json_compact_size(payload, budget, &value_len);
+	if (complete)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+			 errmsg("event is too large"),
+			 errdetail("Its payload as compact JSON text (at least %zu bytes), "
+					   "message key (%d bytes) and header names and values (%zu "
+					   "bytes) exceed outbox.max_payload_size (%d bytes).",
+					   value_len, key_len, header_len, outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }
 
 /*
  * outbox_check_headers: headers must be a flat JSON object whose values
- * are strings, since Kafka headers are name/value pairs.
+ * are strings, since Kafka headers are name/value pairs.  Returns the
+ * bytes of their names and values.
  */
-void
+size_t
 outbox_check_headers(Jsonb *headers)
 {
 	JsonbIterator *it;
 	JsonbValue v;
 	JsonbIteratorToken tok;
+	size_t bytes = 0;
 
 	if (!JB_ROOT_IS_OBJECT(headers))
 		ereport(
@@ -164,14 +251,27 @@ outbox_check_headers(Jsonb *headers)
 	{
 		if (tok == WJB_KEY)
 			check_header_name(v.val.string.val, v.val.string.len);
-		else if (tok == WJB_VALUE && v.type != jbvString)
-			ereport(
-				ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("header values must be JSON strings"),
-				 errdetail(
-					 "Kafka header values are text; encode numbers, objects and null as strings.")));
+		else if (tok == WJB_VALUE)
+			check_header_value(&v);
+		if (tok == WJB_KEY || tok == WJB_VALUE)
+			bytes += v.val.string.len;
 	}
+	return bytes;
+}
+
+/*
+ * check_header_value: a header value must be a string.
+ */
+static void
+check_header_value(JsonbValue *value)
+{
+	if (value->type != jbvString)
+		ereport(
+			ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("header values must be JSON strings"),
+			 errdetail(
+				 "Kafka header values are text; encode numbers, objects and null as strings.")));
 }
 
 /*
@@ -196,4 +296,141 @@ check_header_name(const char *name, int len)
 				 errdetail(
 					 "The relay sets the headers event_id, biz_type and biz_key on every message.")));
 	}
+}
+
+/*
+ * outbox_name_list_parse: parse a comma-separated list of names, each with
+ * an optional trailing "*"; for topics the names must be made of topic
+ * characters.  Returns a malloc'd list (NULL for an empty value: no
+ * restriction) and *problem NULL, or on a syntax error NULL and *problem
+ * saying what is wrong.
+ */
+OutboxNameList *
+outbox_name_list_parse(const char *value, bool topics, const char **problem)
+{
+	int most = 1;
+	size_t value_len = strlen(value);
+	OutboxNameList *list;
+	char *copy;
+	char *entry;
+
+	*problem = NULL;
+	if (strspn(value, " \t\r\n") == value_len)
+		return NULL;
+	for (const char *c = value; *c; c++)
+		most += (*c == ',');
+	list = malloc(offsetof(OutboxNameList, items) +
+				  most * sizeof(OutboxNamePattern) + value_len + 1);
+	if (list == NULL)
+	{
+		*problem = "Out of memory.";
+		return NULL;
+	}
+	copy = (char *) &list->items[most];
+	memcpy(copy, value, value_len + 1);
+	list->count = 0;
+	for (entry = copy; entry != NULL && *problem == NULL;)
+	{
+		char *comma = strchr(entry, ',');
+		size_t len = comma ? (size_t) (comma - entry) : strlen(entry);
+
+		*problem =
+			parse_name_pattern(entry, len, topics, &list->items[list->count++]);
+		entry = comma ? comma + 1 : NULL;
+	}
+	if (*problem == NULL)
+		return list;
+	free(list);
+	return NULL;
+}
+
+/*
+ * parse_name_pattern: one entry of a name list, len bytes at entry,
+ * trimmed of blanks, into *item; NULL, or what is wrong with it.
+ */
+static const char *
+parse_name_pattern(const char *entry, size_t len, bool topics,
+				   OutboxNamePattern *item)
+{
+	size_t max_len = topics ? OUTBOX_TOPIC_MAX_LEN : OUTBOX_CONSUMER_MAX_LEN;
+
+	while (len > 0 && strchr(" \t\r\n", entry[0]) != NULL)
+		entry++, len--;
+	while (len > 0 && strchr(" \t\r\n", entry[len - 1]) != NULL)
+		len--;
+	item->prefix = len > 0 && entry[len - 1] == '*';
+	item->name = entry;
+	item->len = (int) len - (item->prefix ? 1 : 0);
+	if (len == 0)
+		return "An entry is empty.";
+	if (item->len > (int) max_len)
+		return topics ? "A topic name has at most 249 characters."
+					  : "A consumer name has at most 256 bytes.";
+	for (int i = 0; i < item->len; i++)
+	{
+		if (entry[i] == '*')
+			return "\"*\" may only end an entry, as a prefix wildcard.";
+		if (topics && !topic_char(entry[i]))
+			return "A topic name may contain only ASCII letters, digits, "
+				   "\".\", \"_\" and \"-\".";
+	}
+	return NULL;
+}
+
+/*
+ * outbox_name_allowed: whether the len bytes at name match an entry of
+ * list; a NULL list allows every name.
+ */
+bool
+outbox_name_allowed(const OutboxNameList *list, const char *name, size_t len)
+{
+	if (list == NULL)
+		return true;
+	for (int i = 0; i < list->count; i++)
+	{
+		const OutboxNamePattern *item = &list->items[i];
+
+		if ((item->prefix ? len >= (size_t) item->len
+						  : len == (size_t) item->len) &&
+			memcmp(name, item->name, item->len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * outbox_check_allowed_topic: refuse a topic outside the caller's
+ * outbox.allowed_topics.
+ */
+void
+outbox_check_allowed_topic(const char *topic, size_t len)
+{
+	if (outbox_name_allowed(outbox_allowed_topic_list, topic, len))
+		return;
+	ereport(
+		ERROR,
+		(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		 errmsg("permission denied for topic \"%.*s\"", (int) len, topic),
+		 errhint(
+			 "The topics this session may enqueue to are set by outbox.allowed_topics.")));
+}
+
+/*
+ * outbox_check_allowed_consumer: refuse a consumer name outside the
+ * caller's outbox.allowed_consumers.
+ */
+void
+outbox_check_allowed_consumer(text *consumer)
+{
+	const char *name = VARDATA_ANY(consumer);
+	int len = VARSIZE_ANY_EXHDR(consumer);
+
+	if (outbox_name_allowed(outbox_allowed_consumer_list, name, len))
+		return;
+	ereport(
+		ERROR,
+		(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		 errmsg("permission denied for consumer \"%.*s\"", len, name),
+		 errhint(
+			 "The consumer names this session may claim under are set by outbox.allowed_consumers.")));
 }

@@ -32,10 +32,11 @@ LANGUAGE sql IMMUTABLE AS $$
                 ELSE '{}' END::text[]
 $$;
 
--- A legal Kafka topic: 1-249 of [A-Za-z0-9._-], not "." or "..".
+-- A legal Kafka topic: 1-249 of [A-Za-z0-9._-], not "." or "..", and
+-- not one of Kafka's internal ones (starting with "__").
 CREATE FUNCTION fuzz.topic_ok(t text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT t <> '' AND octet_length(t) <= 249 AND t NOT IN ('.', '..')
+    SELECT t <> '' AND octet_length(t) <= 249 AND t NOT IN ('.', '..') AND left(t, 2) <> '__'
        AND translate(t, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-', '') = ''
 $$;
 
@@ -58,6 +59,39 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT octet_length(regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ ]', '\1', 'g'))
 $$;
 
+-- The bytes of headers' names and values, as Kafka counts them.
+CREATE FUNCTION fuzz.header_bytes(h jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN h IS NULL OR jsonb_typeof(h) <> 'object' THEN 0
+                ELSE (SELECT coalesce(sum(octet_length(e.key) + octet_length(e.value #>> '{}')), 0)
+                        FROM jsonb_each(h) e) END
+$$;
+
+-- An entry list of outbox.allowed_topics / allowed_consumers: blank (no
+-- restriction) or comma-separated non-empty names, "*" only at an end;
+-- topic names of topic characters, at most 249, consumers at most 256.
+CREATE FUNCTION fuzz.list_ok(list text, topics boolean) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT btrim(list, E' \t\r\n') = ''
+        OR NOT EXISTS (
+            SELECT 1 FROM unnest(string_to_array(list, ',')) e(x),
+                   LATERAL (SELECT btrim(e.x, E' \t\r\n') AS t) b,
+                   LATERAL (SELECT CASE WHEN right(b.t, 1) = '*' THEN left(b.t, -1) ELSE b.t END AS n) c
+             WHERE b.t = '' OR position('*' IN c.n) > 0
+                OR octet_length(c.n) > CASE WHEN topics THEN 249 ELSE 256 END
+                OR (topics AND translate(c.n, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-', '') <> ''))
+$$;
+
+-- Whether name is in such a list (a trailing "*": a prefix); blank: yes.
+CREATE FUNCTION fuzz.name_allowed(list text, name text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT btrim(coalesce(list, ''), E' \t\r\n') = ''
+        OR EXISTS (SELECT 1 FROM unnest(string_to_array(list, ',')) e(x),
+                          LATERAL (SELECT btrim(e.x, E' \t\r\n') AS t) b
+                    WHERE CASE WHEN right(b.t, 1) = '*' THEN starts_with(name, left(b.t, -1))
+                               ELSE name = b.t END)
+$$;
+
 CREATE FUNCTION fuzz.payload_cap() RETURNS integer
 LANGUAGE sql STABLE AS $$
     SELECT setting::integer FROM pg_settings WHERE name = 'outbox.max_payload_size'
@@ -73,14 +107,18 @@ DECLARE
     same boolean;
 BEGIN
     codes := fuzz.key_codes(bt, 1024) || fuzz.key_codes(bk, 1024);
+    -- The size of the message: payload as compact JSON, key, headers.
     IF p IS NULL THEN
         codes := codes || '22004'::text;
-    ELSIF fuzz.compact_len(p) > fuzz.payload_cap() THEN
+    ELSIF fuzz.compact_len(p) + octet_length(coalesce(mk, bk)) + fuzz.header_bytes(h)
+          > fuzz.payload_cap() THEN
         codes := codes || '22001'::text;
     END IF;
     t := coalesce(tp, replace(current_setting('outbox.default_topic'), '{biz_type}', bt));
     IF t IS NOT NULL AND NOT fuzz.topic_ok(t) THEN
         codes := codes || '22023'::text;
+    ELSIF t IS NOT NULL AND NOT fuzz.name_allowed(current_setting('outbox.allowed_topics', true), t) THEN
+        codes := codes || '42501'::text;
     END IF;
     IF h IS NOT NULL AND NOT fuzz.headers_ok(h) THEN
         codes := codes || '22023'::text;
@@ -111,6 +149,10 @@ CREATE FUNCTION fuzz.model_claim(cons text, eid bigint, bt text, bk text,
 LANGUAGE plpgsql AS $fn$
 BEGIN
     codes := fuzz.key_codes(cons, 256);
+    IF cardinality(codes) = 0
+       AND NOT fuzz.name_allowed(current_setting('outbox.allowed_consumers', true), cons) THEN
+        codes := codes || '42501'::text;
+    END IF;
     IF eid IS NULL THEN
         codes := codes || '22004'::text;
     END IF;
@@ -226,18 +268,46 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    IF c.default_topic IS NOT NULL THEN
-        expected := CASE WHEN fuzz.topic_ok(replace(c.default_topic, '{biz_type}', 'x'))
-                         THEN '{ok}' ELSE '{22023}' END;
-        BEGIN
-            PERFORM set_config('outbox.default_topic', c.default_topic, true);
-        EXCEPTION WHEN OTHERS THEN
-            code := SQLSTATE;
-        END;
-        IF coalesce(code, 'ok') <> ALL (expected) THEN
-            problem := format('SET outbox.default_topic = %L: got %s, expected %s',
-                              c.default_topic, coalesce(code, 'ok'), expected);
+    -- Also for superusers only: the case's role is refused.
+    SELECT * INTO code, expected, problem
+      FROM fuzz.apply_setting(c, 'outbox.default_topic', c.default_topic,
+                              fuzz.topic_ok(replace(c.default_topic, '{biz_type}', 'x')));
+    IF code IS NOT NULL OR problem IS NOT NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO code, expected, problem
+      FROM fuzz.apply_setting(c, 'outbox.allowed_topics', c.allowed_topics,
+                              fuzz.list_ok(c.allowed_topics, true));
+    IF code IS NOT NULL OR problem IS NOT NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO code, expected, problem
+      FROM fuzz.apply_setting(c, 'outbox.allowed_consumers', c.allowed_consumers,
+                              fuzz.list_ok(c.allowed_consumers, false));
+END $fn$;
+
+-- Set a superuser's setting for the case (as its role, if it has one,
+-- which must be refused); val NULL: leave it.
+CREATE FUNCTION fuzz.apply_setting(c fuzz.case_t, name text, val text, valid boolean,
+                                   OUT code text, OUT expected text[], OUT problem text)
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF val IS NULL THEN
+        RETURN;
+    END IF;
+    expected := CASE WHEN c.role IS NOT NULL THEN '{42501}'
+                     WHEN valid THEN '{ok}' ELSE '{22023}' END;
+    BEGIN
+        IF c.role IS NOT NULL THEN
+            EXECUTE format('SET LOCAL ROLE %I', c.role);
         END IF;
+        PERFORM set_config(name, val, true);
+        RESET ROLE;
+    EXCEPTION WHEN OTHERS THEN
+        code := SQLSTATE;
+    END;
+    IF coalesce(code, 'ok') <> ALL (expected) THEN
+        problem := format('SET %s = %L: got %s, expected %s', name, val, coalesce(code, 'ok'), expected);
     END IF;
 END $fn$;
 
@@ -268,18 +338,29 @@ BEGIN
         IF c.role IS NOT NULL THEN
             EXECUTE format('SET LOCAL ROLE %I', c.role);
         END IF;
+        -- The hostile path is set just around the call: under it, even
+        -- this function's own "=" would be the trap's.
         IF c.mode = 'params' AND c.kind = 'enqueue' THEN
             j3 := u[3]::jsonb;
             j5 := u[5]::jsonb;
+            PERFORM pg_catalog.set_config('search_path', CASE WHEN c.hostile
+                THEN 'fuzz_trap, pg_catalog, public' ELSE pg_catalog.current_setting('search_path') END, true);
             EXECUTE stmt INTO res USING u[1], u[2], j3, u[4], j5, u[6];
         ELSIF c.mode = 'params' AND c.kind = 'claim' THEN
             b2 := u[2]::bigint;
+            PERFORM pg_catalog.set_config('search_path', CASE WHEN c.hostile
+                THEN 'fuzz_trap, pg_catalog, public' ELSE pg_catalog.current_setting('search_path') END, true);
             EXECUTE stmt INTO res USING u[1], b2, u[3], u[4];
         ELSIF c.mode = 'textparams' THEN
+            PERFORM pg_catalog.set_config('search_path', CASE WHEN c.hostile
+                THEN 'fuzz_trap, pg_catalog, public' ELSE pg_catalog.current_setting('search_path') END, true);
             EXECUTE stmt INTO res USING u[1], u[2], u[3], u[4], u[5], u[6];
         ELSE
+            PERFORM pg_catalog.set_config('search_path', CASE WHEN c.hostile
+                THEN 'fuzz_trap, pg_catalog, public' ELSE pg_catalog.current_setting('search_path') END, true);
             EXECUTE stmt INTO res;
         END IF;
+        RESET search_path;
         IF c.role IS NOT NULL THEN
             RESET ROLE;
         END IF;
@@ -456,8 +537,9 @@ BEGIN
         r.sqlstate := s.code;
         r.expected := s.expected;
         r.problem := s.problem;
-        r.statement := format('SET outbox.max_payload_size = %L / outbox.default_topic = %L',
-                              c.max_payload, c.default_topic);
+        r.statement := format('SET outbox.max_payload_size = %L / outbox.default_topic = %L'
+                              ' / outbox.allowed_topics = %L / outbox.allowed_consumers = %L',
+                              c.max_payload, c.default_topic, c.allowed_topics, c.allowed_consumers);
         RETURN r;
     END IF;
     CASE c.kind
@@ -502,7 +584,11 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     c fuzz.case_t := fuzz.gen_case(seed, case_no);
 BEGIN
-    RETURN format('%s mode=%s notation=%s role=%s max_payload_size=%s default_topic=%s args=%s%s',
-                  c.kind, c.mode, c.notation, coalesce(c.role, '-'), coalesce(c.max_payload, '-'),
-                  coalesce(c.default_topic, '-'), left(c.args::text, 1500), coalesce(' ' || c.stmt, ''));
+    RETURN format('%s mode=%s notation=%s role=%s%s max_payload_size=%s default_topic=%s'
+                  ' allowed_topics=%s allowed_consumers=%s args=%s%s',
+                  c.kind, c.mode, c.notation, coalesce(c.role, '-'),
+                  CASE WHEN c.hostile THEN ' (hostile search_path)' ELSE '' END,
+                  coalesce(c.max_payload, '-'), coalesce(c.default_topic, '-'),
+                  coalesce(c.allowed_topics, '-'), coalesce(c.allowed_consumers, '-'),
+                  left(c.args::text, 1500), coalesce(' ' || c.stmt, ''));
 END $fn$;

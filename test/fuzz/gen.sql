@@ -15,6 +15,11 @@ CREATE SCHEMA fuzz;
 CREATE ROLE fuzz_app;
 CREATE ROLE fuzz_none;
 GRANT USAGE ON SCHEMA outbox TO fuzz_app;
+-- TEMPORARY, until the 0.2.0 scripts land (they drop the pinned
+-- search_path of enqueue and claim): unpin it, so that the hostile
+-- search_path cases test the statements as they run in 0.2.0.
+ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text) RESET search_path;
+ALTER FUNCTION outbox.claim(text, bigint, text, text) RESET search_path;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text),
                           outbox.claim(text, bigint, text, text) TO fuzz_app;
 
@@ -28,6 +33,9 @@ CREATE TYPE fuzz.case_t AS (
     max_payload  text,      -- SET outbox.max_payload_size first (NULL: no)
     payload_cap  integer,   -- the byte value it must give; NULL: invalid
     default_topic text,     -- SET outbox.default_topic first (NULL: no)
+    allowed_topics text,    -- SET outbox.allowed_topics first (NULL: no)
+    allowed_consumers text, -- SET outbox.allowed_consumers first (NULL: no)
+    hostile      boolean,   -- call with fuzz_trap first in search_path
     stmt         text,      -- kind call: the statement
     phase        text,      -- kind call: parse or call
     expect       text[]     -- kind call: the SQLSTATEs it may raise, 'ok'
@@ -269,7 +277,7 @@ END $fn$;
 
 -- Headers: mostly none or a flat object of strings, then everything a
 -- flat object of strings is not.
-CREATE FUNCTION fuzz.src_headers() RETURNS text
+CREATE FUNCTION fuzz.src_headers(lim integer) RETURNS text
 LANGUAGE plpgsql AS $fn$
 BEGIN
     CASE fuzz.r(32)
@@ -303,10 +311,14 @@ BEGIN
                                        '{a: "b"}', '{"a": "b"} x', '{"a": "\x"}'));
     WHEN 25 THEN
         RETURN fuzz.pick($$E'{"a": "\xff"}'$$, $$E'{"\xc3": "x"}'$$, $$convert_from('\x7b2261223a2280227d', 'UTF8')$$);
-    WHEN 26 THEN       -- a huge value or name: headers have no size limit
+    WHEN 26 THEN       -- a huge value or name: headers count in the size
         RETURN format('json_build_object(%s, %s)::text',
                       fuzz.pick(quote_literal('big'), format('repeat(%L, 100000)', 'n')),
-                      fuzz.pick(format('repeat(%L, 1048576)', 'v'), quote_literal('v')));
+                      fuzz.pick(format('repeat(%L, %s)', 'v', fuzz.pick('1048576', (5 * 1048576)::text)),
+                                quote_literal('v')));
+    WHEN 29, 30 THEN   -- headers around the size limit
+        RETURN format('json_build_object(%L, repeat(%L, %s))::text', fuzz.pick('h', 'trace'),
+                      fuzz.pick('v', 'é'), greatest(lim - 20 + fuzz.r(40), 0) / fuzz.pick('1', '2')::integer);
     WHEN 27 THEN RETURN quote_literal(fuzz.mutate(fuzz.flat_headers(1 + fuzz.r(4))));
     ELSE
         RETURN quote_literal(fuzz.pick('{"a b": "1", "ключ": "v", "\n": "x", "=": "", "%s": "%n"}',
@@ -441,7 +453,9 @@ BEGIN
     c.mode := fuzz.pick('typed', 'literal', 'params', 'textparams');
     c.notation := fuzz.pick('positional', 'named', 'mixed');
     k := fuzz.r(50);
-    c.role := CASE WHEN k = 0 THEN 'fuzz_none' WHEN k < 5 THEN 'fuzz_app' END;
+    c.role := CASE WHEN k = 0 THEN 'fuzz_none' WHEN k < 8 THEN 'fuzz_app' END;
+    -- A role that planted operators and functions first in its path.
+    c.hostile := c.role = 'fuzz_app' AND c.kind <> 'call' AND fuzz.r(2) = 0;
 
     IF c.kind = 'enqueue' THEN
         IF fuzz.r(4) = 0 THEN
@@ -453,16 +467,29 @@ BEGIN
                                          'x.{biz_type}.{biz_type}', repeat('{biz_type}', 30),
                                          'bad topic', '', '{biz_type}/x', 'a{biz_typ}', '{BIZ_TYPE}',
                                          't.{biz_type}' || repeat('x', 230), repeat('t', 250),
-                                         '{biz_type}{biz_type}', '.{biz_type}');
+                                         '{biz_type}{biz_type}', '.{biz_type}', '__{biz_type}',
+                                         '_{biz_type}', '__consumer_offsets');
+        END IF;
+        IF fuzz.r(8) = 0 THEN
+            c.allowed_topics := fuzz.pick('', '*', 'orders', 'orders,payments', 'outbox.event.*',
+                                          ' outbox.event.P* , orders ', 'o*', 'P*', 'a,,b',
+                                          'bad topic', 'or*ders', ',', 'orders.*', '__*');
         END IF;
         IF fuzz.r(5) < 2 THEN
             c.args := fuzz.plain_enqueue();
         ELSE
             c.args := ARRAY[fuzz.src_text('T', 1024), fuzz.src_text('k', 1024), fuzz.src_payload(lim),
-                            fuzz.src_topic(), fuzz.src_headers(),
+                            fuzz.src_topic(), fuzz.src_headers(lim),
                             CASE WHEN fuzz.r(2) = 0 THEN NULL ELSE fuzz.src_text('m', 1024) END];
         END IF;
+        IF c.default_topic = '{biz_type}' AND fuzz.r(2) = 0 THEN
+            c.args[1] := quote_literal(fuzz.pick('__consumer_offsets', '__T', '_T', 'T__'));
+        END IF;
     ELSIF c.kind = 'claim' THEN
+        IF fuzz.r(8) = 0 THEN
+            c.allowed_consumers := fuzz.pick('', '*', 'c', 'c*', 'c0, c1', 'inventory', ' c* ',
+                                             'a*b', ',,', 'ключ*', 'c1*,c2');
+        END IF;
         IF fuzz.r(12) = 0 THEN
             -- All three keys incompressible and at their limits: the
             -- claim's unique index on them must still take the row.
@@ -516,3 +543,44 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'injected internal error' USING ERRCODE = 'XX000';
 END $$;
+
+-- The trap of the hostile cases: a schema of fuzz_app's with operators
+-- and functions of every name and argument type enqueue's and claim's
+-- statements could resolve through the caller's search_path.  Each records
+-- who ran it and tries to make fuzz_app a superuser; run by anyone but
+-- fuzz_app itself, it is an escalation (test/fuzz/run checks).
+CREATE SCHEMA fuzz_trap AUTHORIZATION fuzz_app;
+SET ROLE fuzz_app;
+CREATE TABLE fuzz_trap.ran (fn text, as_user name, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION fuzz_trap.hostile(fn text) RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO fuzz_trap.ran (fn, as_user) VALUES (fn, current_user);
+    BEGIN
+        EXECUTE 'ALTER ROLE fuzz_app SUPERUSER';
+    EXCEPTION WHEN insufficient_privilege THEN NULL;
+    END;
+END $f$;
+CREATE FUNCTION fuzz_trap.eq_text(text, text) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('=(text,text)'); RETURN true; END $f$;
+CREATE FUNCTION fuzz_trap.eq_jsonb(jsonb, jsonb) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('=(jsonb,jsonb)'); RETURN true; END $f$;
+CREATE FUNCTION fuzz_trap.eq_int8(bigint, bigint) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('=(bigint,bigint)'); RETURN true; END $f$;
+CREATE FUNCTION fuzz_trap.eq_text_varchar(text, varchar) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('=(text,varchar)'); RETURN true; END $f$;
+CREATE FUNCTION fuzz_trap.eq_any(anyelement, anyelement) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('=(anyelement,anyelement)'); RETURN true; END $f$;
+CREATE OPERATOR fuzz_trap.= (LEFTARG = text, RIGHTARG = text, FUNCTION = fuzz_trap.eq_text);
+CREATE OPERATOR fuzz_trap.= (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = fuzz_trap.eq_jsonb);
+CREATE OPERATOR fuzz_trap.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = fuzz_trap.eq_int8);
+CREATE OPERATOR fuzz_trap.= (LEFTARG = text, RIGHTARG = varchar, FUNCTION = fuzz_trap.eq_text_varchar);
+CREATE OPERATOR fuzz_trap.= (LEFTARG = anyelement, RIGHTARG = anyelement, FUNCTION = fuzz_trap.eq_any);
+CREATE FUNCTION fuzz_trap.nextval(regclass) RETURNS bigint LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('nextval(regclass)'); RETURN 1; END $f$;
+CREATE FUNCTION fuzz_trap.nextval(text) RETURNS bigint LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('nextval(text)'); RETURN 1; END $f$;
+CREATE FUNCTION fuzz_trap.now() RETURNS timestamptz LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('now()'); RETURN '2000-01-01'; END $f$;
+CREATE FUNCTION fuzz_trap.pg_current_xact_id() RETURNS xid8 LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM fuzz_trap.hostile('pg_current_xact_id()'); RETURN '1'; END $f$;
+RESET ROLE;
