@@ -16,11 +16,11 @@ PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
              -DOUTBOX_VERSION='"$(EXTVERSION)"'
 
 # pg_regress: SQL behaviour (sql/, expected/) and the pgTAP contract.
-REGRESS      = setup enqueue claim privileges settings operations contract
+REGRESS      = setup enqueue claim privileges settings operations contract restore upgrade install_guard
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
-ISOLATION      = enqueue_same_key claim_concurrent
+ISOLATION      = enqueue_same_key claim_concurrent purge_locked
 ISOLATION_OPTS = --inputdir=test --load-extension=outbox
 
 # The functions are tiny; JIT bitcode would only add a clang dependency.

@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 RESET client_min_messages;
 BEGIN;
-SELECT plan(49);
+SELECT plan(56);
 
 SELECT has_schema('outbox');
 SELECT has_table('outbox', 'event_log', 'event_log table');
@@ -55,12 +55,24 @@ SELECT is(
     (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.claim(text,bigint,text,text)'::regprocedure),
     ARRAY['consumer', 'event_id', 'biz_type', 'biz_key'],
     'claim parameter names');
+-- enqueue and claim run per event: no search_path set and restored on
+-- each call (their statements are qualified instead).  Every other
+-- function with the owner's rights, and every SQL or PL/pgSQL one, pins it.
 SELECT is(
     (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.claim(text,bigint,text,text)'::regprocedure),
-    ARRAY['search_path=pg_catalog, pg_temp'], 'claim pins search_path');
+    NULL, 'claim sets no search_path');
 SELECT is(
     (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure),
-    ARRAY['search_path=pg_catalog, pg_temp'], 'enqueue pins search_path');
+    NULL, 'enqueue sets no search_path');
+SELECT is(
+    ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+           WHERE p.pronamespace = 'outbox'::regnamespace
+             AND (p.prosecdef OR l.lanname IN ('sql', 'plpgsql'))
+             AND p.oid NOT IN ('outbox.claim(text,bigint,text,text)'::regprocedure,
+                               'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure)
+             AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
+           ORDER BY 1),
+    '{}'::text[], 'every other definer, SQL and PL/pgSQL function pins search_path');
 
 SELECT function_privs_are('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue');
 SELECT function_privs_are('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'public', '{}'::text[], 'PUBLIC cannot claim');
@@ -82,6 +94,19 @@ SELECT has_function('outbox', 'resume', '{}'::text[], 'resume()');
 SELECT function_returns('outbox', 'replay', ARRAY['bigint'], 'boolean', 'replay(event_id) returns boolean');
 SELECT function_returns('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'bigint', 'replay_dead returns a count');
 SELECT function_privs_are('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot replay');
+SELECT function_returns('outbox', 'resend', ARRAY['timestamp with time zone'], 'bigint', 'resend(since) returns a count');
+SELECT is_definer('outbox', 'resend', ARRAY['timestamp with time zone'], 'resend runs with the owner''s rights');
+SELECT function_privs_are('outbox', 'resend', ARRAY['timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot resend');
+
+-- pg_dump keeps the relay's cursor and pause state, and a restore folds
+-- them into the rows CREATE EXTENSION made.
+SELECT is(
+    (SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
+       FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'outbox'),
+    ARRAY['outbox.consumer_dedup', 'outbox.event_id_seq', 'outbox.event_log', 'outbox.event_state',
+          'outbox.relay_control', 'outbox.relay_cursor'], 'pg_dump keeps events, claims, cursor and pause state');
+SELECT trigger_is('outbox', 'relay_cursor', 'relay_cursor_restore', 'outbox', '_relay_cursor_restore', 'a restored cursor rebases the restored events');
+SELECT trigger_is('outbox', 'relay_control', 'relay_control_restore', 'outbox', '_relay_control_restore', 'a restored pause state replaces the default');
 
 SELECT * FROM finish();
 ROLLBACK;

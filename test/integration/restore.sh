@@ -1,0 +1,149 @@
+# test/integration/restore.sh: what the relay sends after a database with
+# the extension is dumped and restored, or upgraded from 0.1.0, with events
+# in every state.  Each case makes databases of its own, points the relay
+# at them (outbox.database) and puts it back on $IT_DB at the end.
+
+# relay_serve DB: point the relay at DB and wait until it runs there.
+# The launcher counts a relay that ran under 10 s as failing, whatever
+# stopped it, and doubles its restart delay (up to a minute): let the
+# current relay reach 10 s before switching.
+relay_serve() {
+    wait_until 15 "SELECT coalesce(bool_and(now() - backend_start > interval '10.5 s'), true)
+                     FROM pg_stat_activity WHERE backend_type = 'outbox relay'" || true
+    set_setting outbox.database "$1"
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity
+                    WHERE backend_type = 'outbox relay' AND datname = '$1'" \
+        || fail "no relay started for $1"
+}
+
+# events_in_every_state DB TOPIC: with the relay serving DB, events of
+# TOPIC that are sent (s-1..s-5, by the relay), then, with the relay
+# paused, one waiting for a retry (r-1) and one dead (d-1), recorded as
+# the relay records them (the cursor past them, a row in event_state),
+# and unsent ones (u-1..u-5).  Leaves the relay paused.
+events_in_every_state() {
+    local db=$1 topic=$2
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 's-' || i, '{}', topic => '$topic'))
+                     FROM generate_series(1, 5) i" >/dev/null
+    IT_DB=$db wait_until 30 "$(all_sent "$topic" 5)" || fail "$db: the first events were not sent"
+    IT_DB=$db sql "SELECT outbox.pause()" >/dev/null
+    IT_DB=$db wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "$db: relay not paused"
+    IT_DB=$db sql "SELECT outbox.enqueue('T', k, '{}', topic => '$topic') FROM unnest(ARRAY['r-1', 'd-1']) k" >/dev/null
+    IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
+                          window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
+                   INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
+                   SELECT id, CASE biz_key WHEN 'r-1' THEN 'new' ELSE 'dead' END,
+                          CASE biz_key WHEN 'r-1' THEN 1 ELSE 3 END, now(), 'refused in a test'
+                     FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('r-1', 'd-1')"
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'u-' || i, '{}', topic => '$topic'))
+                     FROM generate_series(1, 5) i" >/dev/null
+    expect "$db: statuses before" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+                                                     FROM outbox.events WHERE topic = '$topic'")" \
+        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead u-1=new u-2=new u-3=new u-4=new u-5=new"
+}
+
+# deliveries_are DB TOPIC: once the relay serving DB has sent r-1 and the
+# u-* events, what a consumer of TOPIC received, per event of DB, must be:
+# each once, except d-1, never.
+deliveries_are() {
+    local db=$1 topic=$2 out=$IT_TMP/$2.tsv
+    IT_DB=$db wait_until 30 "SELECT count(*) = 6 FROM outbox.events
+                              WHERE topic = '$topic' AND status = 'sent' AND biz_key ~ '^[ru]-'" \
+        || fail "$db: the relay did not send the unsent events"
+    consume "$topic" 1000 30000 3000 >"$out"
+    IT_DB=$db load_consumed got "$out"
+    expect "$db: deliveries per event" "$(IT_DB=$db sql "
+        SELECT string_agg(l.biz_key || '=' || (SELECT count(*) FROM got g WHERE g.event_id = l.id), ' ' ORDER BY l.id)
+          FROM outbox.event_log l WHERE l.topic = '$topic'")" \
+        "s-1=1 s-2=1 s-3=1 s-4=1 s-5=1 r-1=1 d-1=0 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
+    expect "$db: deliveries of other events" "$(IT_DB=$db sql "SELECT count(*) FROM got g
+        WHERE NOT EXISTS (SELECT 1 FROM outbox.event_log l WHERE l.id = g.event_id)")" 0
+}
+
+# relay_home: the relay back on $IT_DB; then drop the databases named.
+relay_home() {
+    relay_serve "$IT_DB"
+    local db
+    for db in "$@"; do
+        "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || fail "could not drop $db"
+    done
+}
+
+# pg_dump of the relayed database restores in one transaction (psql -1,
+# ON_ERROR_STOP); served by the relay, the copy is paused as the source
+# was, and once resumed sends exactly the events the source had not sent.
+t_dump_restore() {
+    local topic=it.restore dump=$IT_TMP/restore.sql
+    "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_src" -c "CREATE DATABASE outbox_copy"
+    IT_DB=outbox_src sql "CREATE EXTENSION outbox"
+    relay_serve outbox_src
+    events_in_every_state outbox_src $topic
+    "$PGBIN/pg_dump" -d outbox_src -f "$dump" || fail "pg_dump failed"
+    if ! "$PGBIN/psql" -X -q -1 -v ON_ERROR_STOP=1 -d outbox_copy -f "$dump" >"$IT_TMP/restore.log" 2>&1; then
+        fail "the dump did not restore in one transaction: $(grep -m1 ERROR "$IT_TMP/restore.log")"
+        relay_home outbox_src outbox_copy
+        return
+    fi
+    relay_serve outbox_copy
+    IT_DB=outbox_copy wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" \
+        || fail "the copy's relay is not paused: $(IT_DB=outbox_copy sql "SELECT state FROM outbox.relay_status()")"
+    IT_DB=outbox_copy sql "SELECT outbox.resume()" >/dev/null
+    deliveries_are outbox_copy $topic
+    relay_home outbox_src outbox_copy
+}
+
+# The same dump restored into another cluster, whose transaction ids have
+# nothing to do with the source's: the same events are sent, no others.
+t_restore_other_cluster() {
+    local topic=it.restore_other dump=$IT_TMP/restore_other.sql other=$CLUSTER_DIR/other port=5434
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR
+    "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_src"
+    IT_DB=outbox_src sql "CREATE EXTENSION outbox"
+    relay_serve outbox_src
+    events_in_every_state outbox_src $topic
+    "$PGBIN/pg_dump" -d outbox_src -f "$dump" || fail "pg_dump failed"
+    relay_home outbox_src
+
+    cluster_run "$server_bin/initdb" -D "$other" -U postgres --auth=trust --no-sync >/dev/null \
+        || { fail "initdb of the other cluster failed"; return; }
+    printf '%s\n' "listen_addresses = ''" "unix_socket_directories = '$CLUSTER_DIR'" "port = $port" \
+        "shared_preload_libraries = 'outbox'" "outbox.database = 'outbox_copy'" \
+        "outbox.kafka_brokers = '$IT_BROKERS'" "outbox.poll_interval = 200" \
+        | cluster_run tee -a "$other/postgresql.conf" >/dev/null
+    cluster_run "$server_bin/pg_ctl" -D "$other" -l "$IT_TMP/other.log" -w start >/dev/null \
+        || { fail "the other cluster did not start"; return; }
+    (
+        export PGPORT=$port
+        "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_copy"
+        "$PGBIN/psql" -X -q -1 -v ON_ERROR_STOP=1 -d outbox_copy -f "$dump" >"$IT_TMP/restore_other.log" 2>&1 \
+            || fail "the dump did not restore in one transaction: $(grep -m1 ERROR "$IT_TMP/restore_other.log")"
+        IT_DB=outbox_copy wait_until 20 "SELECT state = 'paused' FROM outbox.relay_status()" \
+            || fail "the other cluster's relay is not paused"
+        IT_DB=outbox_copy sql "SELECT outbox.resume()" >/dev/null
+        deliveries_are outbox_copy $topic
+        exit "$IT_CASE_FAILED"
+    ) || IT_CASE_FAILED=1
+    cluster_run "$server_bin/pg_ctl" -D "$other" -m fast stop >/dev/null
+    rm -rf "$other"
+}
+
+# ALTER EXTENSION outbox UPDATE from 0.1.0 with events in every state: the
+# relay then sends every unsent one and none sent before; enqueue and
+# claim work after.
+t_upgrade_live() {
+    local topic=it.upgrade out=$IT_TMP/upgrade.tsv id
+    "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_up"
+    IT_DB=outbox_up sql "CREATE EXTENSION outbox VERSION '0.1.0'"
+    relay_serve outbox_up
+    events_in_every_state outbox_up $topic
+    IT_DB=outbox_up sql "ALTER EXTENSION outbox UPDATE" || { fail "ALTER EXTENSION outbox UPDATE failed"; relay_home outbox_up; return; }
+    expect "version" "$(IT_DB=outbox_up sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" 0.2.0
+    IT_DB=outbox_up sql "SELECT outbox.resume()" >/dev/null
+    deliveries_are outbox_up $topic
+    id=$(IT_DB=outbox_up sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
+    consume $topic 12 20000 >"$out" || fail "the event enqueued after the update did not arrive"
+    grep -q "event_id=$id," "$out" || fail "event $id, enqueued after the update, not received"
+    expect "first claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" t
+    expect "second claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" f
+    relay_home outbox_up
+}
