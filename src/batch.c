@@ -21,6 +21,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/interrupt.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -31,10 +32,17 @@
 
 static const char *const pending_keys_sql =
 	"SELECT l.topic, l.msg_key"
-	"  FROM outbox.event_state s JOIN outbox.event_log l ON l.id = s.id"
-	" WHERE s.status = 'new'";
+	"  FROM outbox.event_state s JOIN outbox.event_log l"
+	"    ON l.id OPERATOR(pg_catalog.=) s.id"
+	" WHERE s.status OPERATOR(pg_catalog.=) 'new'";
 
 static SPIPlanPtr pending_keys_plan = NULL;
+
+/* The extension this relay serves, by its pg_extension OID. */
+static Oid served_extension = InvalidOid;
+
+/* What the current step is doing, as pg_stat_activity shows it. */
+static const char *current_activity = "";
 
 static void load_message(OutboxMessage *msg, HeapTuple row, TupleDesc desc);
 static void add_user_headers(OutboxMessage *msg, Jsonb *headers);
@@ -45,6 +53,11 @@ static char *column_text(HeapTuple row, TupleDesc desc, int col);
  * worker_spi brackets a unit of work.  False, with no transaction open, if
  * the extension is not installed or is being dropped: the lock is taken
  * conditionally, so the relay never makes DROP EXTENSION wait for it.
+ *
+ * False too, once, when the extension was dropped and created again since
+ * the last step: a batch read from the old one must not be recorded in the
+ * new one, whose cursor and event ids start afresh.  The caller drops what
+ * it holds and the next round starts clean.
  */
 bool
 relay_begin(const char *activity)
@@ -53,6 +66,7 @@ relay_begin(const char *activity)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	current_activity = activity;
 	ext = get_extension_oid("outbox", true);
 	if (!OidIsValid(ext) || !ConditionalLockDatabaseObject(
 								ExtensionRelationId, ext, 0, AccessShareLock))
@@ -60,10 +74,35 @@ relay_begin(const char *activity)
 		CommitTransactionCommand();
 		return false;
 	}
+	if (ext != served_extension)
+	{
+		bool recreated = OidIsValid(served_extension);
+
+		served_extension = ext;
+		if (recreated)
+		{
+			ereport(
+				LOG,
+				(errmsg("outbox relay: the extension was created again; the relay starts clean"),
+				 errdetail(
+					 "What it was sending from the dropped extension is not recorded in the new one.")));
+			CommitTransactionCommand();
+			return false;
+		}
+	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
 	return true;
+}
+
+/*
+ * relay_activity: what the current or latest step was doing.
+ */
+const char *
+relay_activity(void)
+{
+	return current_activity;
 }
 
 /*
@@ -165,16 +204,34 @@ relay_pending_keys(void)
 }
 
 /*
- * relay_batch_load: the first n rows of a batch query as messages, in the
- * current memory context (which must outlive SPI_finish).
+ * relay_settings_now: the current values of the settings a batch is
+ * judged by; take them before reading the batch.
+ */
+RelaySettings
+relay_settings_now(void)
+{
+	RelaySettings settings;
+
+	settings.batch_size = outbox_batch_size;
+	settings.max_attempts = outbox_max_attempts;
+	settings.backoff_min = outbox_backoff_min;
+	settings.backoff_max = outbox_backoff_max;
+	return settings;
+}
+
+/*
+ * relay_batch_load: the first n rows of a batch query, read with settings,
+ * as messages, in the current memory context (which must outlive
+ * SPI_finish).
  */
 RelayBatch *
-relay_batch_load(SPITupleTable *rows, uint64 n)
+relay_batch_load(SPITupleTable *rows, uint64 n, const RelaySettings *settings)
 {
 	RelayBatch *batch = palloc0(sizeof(RelayBatch));
 	bool with_attempts = rows->tupdesc->natts >= BATCH_COL_ATTEMPTS;
 
 	batch->count = (int) n;
+	batch->settings = *settings;
 	batch->msgs = palloc0(sizeof(OutboxMessage) * Max(n, 1));
 	batch->key_hash = palloc0(sizeof(uint64) * Max(n, 1));
 	batch->held = palloc0(sizeof(bool) * Max(n, 1));
@@ -197,10 +254,17 @@ relay_batch_load(SPITupleTable *rows, uint64 n)
  * relay_batch_send: send every event of the batch whose key is not blocked,
  * in order, and wait until Kafka has answered for each.  An event refused
  * at once blocks its key for the rest of the batch.
+ *
+ * False if a reload ended the wait first.  Applying it is the loop's job,
+ * and so is stopping the producer if it needs another: the caller records
+ * what was answered, leaves the rest (relay_unanswered) to go again, and
+ * ends the round.
  */
-void
+bool
 relay_batch_send(RelayBatch *batch, HTAB *blocked)
 {
+	bool answered = true;
+
 	for (int i = 0; i < batch->count; i++)
 	{
 		if (batch->held[i])
@@ -222,46 +286,47 @@ relay_batch_send(RelayBatch *batch, HTAB *blocked)
 		if (strcmp(outbox_kafka_broker_state(), "down") == 0)
 			outbox_status_state(RELAY_STATE_UNREACHABLE);
 		relay_check_alert();
-		/* New broker settings: give up on this producer; unacked goes again. */
-		if (relay_settings_changed())
+		/* New settings may fix an unreachable broker: let the loop see. */
+		if (ConfigReloadPending)
 		{
-			outbox_kafka_stop();
+			answered = false;
 			break;
 		}
 	}
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return answered;
+}
 
-	/* Whatever the producer never reported on counts as not delivered. */
-	for (int i = 0; i < batch->count; i++)
-	{
-		OutboxMessage *msg = &batch->msgs[i];
-
-		if (!batch->held[i] && !msg->done)
-		{
-			msg->done = true;
-			msg->error = -1;
-			msg->transient = true;
-			msg->error_text = "producer restarted before Kafka answered";
-		}
-	}
+/*
+ * relay_unanswered: whether event i of batch was sent and Kafka has not
+ * answered for it (the wait was cut short): neither delivered nor failed.
+ */
+bool
+relay_unanswered(const RelayBatch *batch, int i)
+{
+	return !batch->held[i] && !batch->msgs[i].done;
 }
 
 /*
  * relay_backoff_ms: how long to wait before the next try after the given
- * number of failed ones: exponential from outbox.backoff_min, capped at
- * outbox.backoff_max, with jitter so that failures do not retry in step.
+ * number of failed ones, within [backoff_min, backoff_max]: the n-th wait
+ * is drawn from [c/2, c], c = backoff_min * 2^n capped at backoff_max, so
+ * that failures do not retry in step, the first ones included.
  */
 int
-relay_backoff_ms(int attempts)
+relay_backoff_ms(const RelaySettings *settings, int attempts)
 {
-	double delay = outbox_backoff_min;
-	double jittered;
+	double ceiling = settings->backoff_min;
+	double floor;
 
-	for (int i = 1; i < attempts && delay < outbox_backoff_max; i++)
-		delay *= 2;
-	delay = Min(delay, (double) outbox_backoff_max);
-	jittered = delay * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state));
-	return (int) Max(jittered, (double) outbox_backoff_min);
+	for (int i = 0; i < attempts && ceiling < settings->backoff_max; i++)
+		ceiling *= 2;
+	ceiling = Min(ceiling, (double) settings->backoff_max);
+	floor = Max(ceiling / 2, (double) settings->backoff_min);
+	if (floor >= ceiling)
+		return (int) floor;
+	return (int) (floor +
+				  (ceiling - floor) * pg_prng_double(&pg_global_prng_state));
 }
 
 /*

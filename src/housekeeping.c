@@ -25,11 +25,16 @@
 #define ALERT_CHECK_EVERY_MS 5000
 #define ALERT_REPEAT_MS 60000
 
+/*
+ * Run as a superuser: the retention periods are passed as intervals made
+ * here, so the call matches outbox._purge(interval, interval, integer)
+ * exactly and no operator is resolved (pg_catalog has no
+ * *(integer, interval), so one a database owner made in public would win).
+ */
 static const char *const paused_sql = "SELECT paused FROM outbox.relay_control";
-static const char *const purge_sql =
-	"SELECT outbox._purge($1 * interval '1 second', $2 * interval '1 second', $3)";
+static const char *const purge_sql = "SELECT outbox._purge($1, $2, $3)";
 static const char *const delay_sql =
-	"SELECT max_delay_sec::float8, backlog FROM outbox.stats";
+	"SELECT CAST(max_delay_sec AS double precision), backlog FROM outbox.stats";
 
 static SPIPlanPtr paused_plan = NULL;
 static SPIPlanPtr purge_plan = NULL;
@@ -41,6 +46,9 @@ static TimestampTz last_warning = 0;
 static bool alerting = false;
 
 static void purge(TimestampTz now);
+static void purge_step(void *arg);
+static Datum seconds_interval(int seconds);
+static void check_delay_step(void *arg);
 static void check_delay(TimestampTz now);
 static Datum first_value(SPIPlanPtr *cache, const char *sql, int nargs,
 						 Oid *types, Datum *values, int col, bool *isnull);
@@ -54,7 +62,7 @@ relay_paused(void)
 	bool isnull;
 	bool paused;
 
-	if (!relay_begin("checking pause"))
+	if (!relay_begin("checking pause in outbox.relay_control"))
 		return false;
 	paused = DatumGetBool(
 		first_value(&paused_plan, paused_sql, 0, NULL, NULL, 1, &isnull));
@@ -85,31 +93,66 @@ relay_check_alert(void)
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (outbox_alert_delay > 0 && now >= next_alert_check)
-		check_delay(now);
+		(void) relay_guarded(check_delay_step, &now, "the backlog check");
 }
 
 /*
- * purge: one retention batch; soon again if it found a full batch.
+ * purge: one retention batch; soon again if it found a full batch.  Not
+ * before PURGE_EVERY_MS if it gave up waiting for a lock, so that a lock
+ * held for long costs the relay one lock timeout per period, not per round.
  */
 static void
 purge(TimestampTz now)
 {
-	Oid types[3] = {INT4OID, INT4OID, INT4OID};
+	int64 removed = 0;
+
+	next_purge = TimestampTzPlusMilliseconds(now, PURGE_EVERY_MS);
+	if (relay_guarded(purge_step, &removed, "retention") &&
+		removed >= PURGE_BATCH)
+		next_purge = now;
+}
+
+/*
+ * purge_step: run outbox._purge once; *arg receives the rows it removed.
+ */
+static void
+purge_step(void *arg)
+{
+	Oid types[3] = {INTERVALOID, INTERVALOID, INT4OID};
 	Datum values[3];
 	bool isnull;
-	int64 removed;
 
-	values[0] = Int32GetDatum(outbox_sent_retention);
-	values[1] = Int32GetDatum(outbox_dedup_retention);
-	values[2] = Int32GetDatum(PURGE_BATCH);
-	if (!relay_begin("removing what retention no longer keeps"))
+	if (!relay_begin("removing what retention no longer keeps from outbox.event_log,"
+					 " outbox.event_state and outbox.consumer_dedup"))
 		return;
-	removed = DatumGetInt64(
+	/* Made here, in the step's memory, which its end frees. */
+	values[0] = seconds_interval(outbox_sent_retention);
+	values[1] = seconds_interval(outbox_dedup_retention);
+	values[2] = Int32GetDatum(PURGE_BATCH);
+	*(int64 *) arg = DatumGetInt64(
 		first_value(&purge_plan, purge_sql, 3, types, values, 1, &isnull));
 	relay_commit();
-	next_purge = removed >= PURGE_BATCH
-					 ? now
-					 : TimestampTzPlusMilliseconds(now, PURGE_EVERY_MS);
+}
+
+/*
+ * seconds_interval: an interval of the given seconds, as a datum.
+ */
+static Datum
+seconds_interval(int seconds)
+{
+	Interval *interval = palloc0(sizeof(Interval));
+
+	interval->time = (TimeOffset) seconds * USECS_PER_SEC;
+	return IntervalPGetDatum(interval);
+}
+
+/*
+ * check_delay_step: check_delay at the time *arg, as a guarded step.
+ */
+static void
+check_delay_step(void *arg)
+{
+	check_delay(*(TimestampTz *) arg);
 }
 
 /*
@@ -124,7 +167,7 @@ check_delay(TimestampTz now)
 	int64 backlog;
 
 	next_alert_check = TimestampTzPlusMilliseconds(now, ALERT_CHECK_EVERY_MS);
-	if (!relay_begin("checking the backlog"))
+	if (!relay_begin("checking the backlog in outbox.stats"))
 		return;
 	delay = DatumGetFloat8(
 		first_value(&delay_plan, delay_sql, 0, NULL, NULL, 1, &isnull));

@@ -46,7 +46,8 @@ typedef enum OutboxRelayState
 	RELAY_STATE_UNREACHABLE,
 	RELAY_STATE_UNCONFIGURED,
 	RELAY_STATE_BACKING_OFF,
-	RELAY_STATE_PAUSED
+	RELAY_STATE_PAUSED,
+	RELAY_STATE_WAITING_FOR_LOCK
 } OutboxRelayState;
 
 /* Seconds of delivery counts kept for the "last minute" figures. */

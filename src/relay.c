@@ -33,14 +33,28 @@ typedef struct RelayCursor
 	int64 max_id;
 } RelayCursor;
 
+/*
+ * Every statement here runs as a superuser: functions and operators are
+ * named with their schema, and parameters have exact types, so none
+ * resolves to an object a database owner could create.
+ */
 static const char *const cursor_sql =
 	"SELECT done_snapshot, window_snapshot, window_last_id, window_max_id"
 	"  FROM outbox.relay_cursor";
 
+/*
+ * The cursor row as after CREATE EXTENSION, but with nothing relayed: no
+ * transaction id is visible in the snapshot '3:3:' (3 is the first normal
+ * one), so every kept event not known to be sent is sent again.
+ */
+static const char *const recreate_cursor_sql =
+	"INSERT INTO outbox.relay_cursor (done_snapshot)"
+	" VALUES (CAST('3:3:' AS pg_catalog.pg_snapshot)) ON CONFLICT DO NOTHING";
+
 static const char *const any_new_sql =
 	"SELECT EXISTS (SELECT 1 FROM outbox.event_log l"
-	"  WHERE l.tx >= pg_snapshot_xmin($1)"
-	"    AND NOT pg_visible_in_snapshot(l.tx, $1))";
+	"  WHERE l.tx OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin($1)"
+	"    AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, $1))";
 
 /*
  * The statement's own snapshot is the window: all it sees is committed.
@@ -50,32 +64,45 @@ static const char *const any_new_sql =
  * outbox.sent_retention; the tx range is the narrow one.
  */
 static const char *const open_window_sql =
-	"UPDATE outbox.relay_cursor SET window_snapshot = pg_current_snapshot(),"
-	"  updated_at = now(), (window_last_id, window_max_id) ="
-	"  (SELECT COALESCE(min(l.id + 0) - 1, 0), COALESCE(max(l.id + 0), 0)"
+	"UPDATE outbox.relay_cursor"
+	"   SET window_snapshot = pg_catalog.pg_current_snapshot(),"
+	"  updated_at = pg_catalog.now(), (window_last_id, window_max_id) ="
+	"  (SELECT COALESCE(pg_catalog.min(l.id OPERATOR(pg_catalog.+) 0::bigint)"
+	"                   OPERATOR(pg_catalog.-) 1::bigint, 0::bigint),"
+	"          COALESCE(pg_catalog.max(l.id OPERATOR(pg_catalog.+) 0::bigint),"
+	"                   0::bigint)"
 	"     FROM outbox.event_log l"
-	"    WHERE l.tx >= pg_snapshot_xmin($1)"
-	"      AND NOT pg_visible_in_snapshot(l.tx, $1))"
+	"    WHERE l.tx OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin($1)"
+	"      AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, $1))"
 	" RETURNING window_snapshot, window_last_id, window_max_id";
 
+/*
+ * An event with a delivery state of its own is the retries' business; in a
+ * window read as usual there is none, but after the cursor was recreated
+ * (recreate_cursor_sql) the window holds every kept event.
+ */
 static const char *const window_batch_sql =
 	"SELECT l.id, l.topic, l.msg_key, l.payload, l.headers, l.biz_type, l.biz_key"
 	"  FROM outbox.event_log l"
-	" WHERE l.id > $3 AND l.id <= $4"
-	"   AND l.tx >= pg_snapshot_xmin($1)"
-	"   AND pg_visible_in_snapshot(l.tx, $2)"
-	"   AND NOT pg_visible_in_snapshot(l.tx, $1)"
+	" WHERE l.id OPERATOR(pg_catalog.>) $3 AND l.id OPERATOR(pg_catalog.<=) $4"
+	"   AND l.tx OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin($1)"
+	"   AND pg_catalog.pg_visible_in_snapshot(l.tx, $2)"
+	"   AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, $1)"
+	"   AND NOT EXISTS (SELECT 1 FROM outbox.event_state s"
+	"                    WHERE s.id OPERATOR(pg_catalog.=) l.id)"
 	" ORDER BY l.id LIMIT $5";
 
 static const char *const advance_sql =
-	"UPDATE outbox.relay_cursor SET window_last_id = $1, updated_at = now()";
+	"UPDATE outbox.relay_cursor SET window_last_id = $1,"
+	"  updated_at = pg_catalog.now()";
 
 static const char *const close_window_sql =
 	"UPDATE outbox.relay_cursor SET done_snapshot = window_snapshot,"
 	"  window_snapshot = NULL, window_last_id = 0, window_max_id = 0,"
-	"  updated_at = now()";
+	"  updated_at = pg_catalog.now()";
 
 static SPIPlanPtr cursor_plan = NULL;
+static SPIPlanPtr recreate_cursor_plan = NULL;
 static SPIPlanPtr any_new_plan = NULL;
 static SPIPlanPtr open_window_plan = NULL;
 static SPIPlanPtr window_batch_plan = NULL;
@@ -83,6 +110,7 @@ static SPIPlanPtr advance_plan = NULL;
 static SPIPlanPtr close_window_plan = NULL;
 
 static bool read_cursor(RelayCursor *cur);
+static void recreate_cursor(void);
 static bool open_window(RelayCursor *cur);
 static RelayBatch *read_window_batch(RelayCursor *cur, HTAB **blocked);
 static RelayOutcome record_window_batch(RelayBatch *batch, RelayCursor *cur);
@@ -101,8 +129,11 @@ relay_first_sends(void)
 	RelayCursor cur;
 	RelayBatch *batch;
 	HTAB *blocked;
+	bool interrupted = false;
+	RelayOutcome outcome;
 
-	if (!relay_begin("reading the outbox"))
+	if (!relay_begin(
+			"reading the outbox from outbox.relay_cursor and outbox.event_log"))
 		return RELAY_IDLE;
 	if (!read_cursor(&cur) || (!cur.open && !open_window(&cur)))
 	{
@@ -112,12 +143,13 @@ relay_first_sends(void)
 	batch = read_window_batch(&cur, &blocked);
 	relay_commit();
 
-	if (batch->count > 0)
-		relay_batch_send(batch, blocked);
+	if (batch->count > 0 && !relay_batch_send(batch, blocked))
+		interrupted = true;
 
-	if (!relay_begin("recording deliveries"))
+	if (!relay_begin("recording deliveries in outbox.relay_cursor"))
 		return RELAY_IDLE;
-	return record_window_batch(batch, &cur);
+	outcome = record_window_batch(batch, &cur);
+	return interrupted ? RELAY_INTERRUPTED : outcome;
 }
 
 /*
@@ -132,6 +164,11 @@ read_cursor(RelayCursor *cur)
 	bool isnull;
 
 	run_plan(&cursor_plan, cursor_sql, 0, NULL, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		recreate_cursor();
+		run_plan(&cursor_plan, cursor_sql, 0, NULL, NULL, SPI_OK_SELECT);
+	}
 	if (SPI_processed != 1)
 		elog(ERROR,
 			 "outbox relay: outbox.relay_cursor must hold exactly one row");
@@ -155,6 +192,26 @@ read_cursor(RelayCursor *cur)
 		return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	}
+}
+
+/*
+ * recreate_cursor: put back the cursor row someone deleted, as "nothing
+ * relayed yet".  Which events were sent is lost with the row, so all kept
+ * events not known to be sent go again: duplicates, never a loss.
+ */
+static void
+recreate_cursor(void)
+{
+	ereport(
+		WARNING,
+		(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		 errmsg("outbox relay: the row of outbox.relay_cursor was deleted; it is created again"),
+		 errdetail(
+			 "Every kept event not known to be sent is sent again, so consumers may see duplicates."),
+		 errhint(
+			 "Do not change outbox.relay_cursor; to stop relaying use outbox.pause().")));
+	run_plan(&recreate_cursor_plan, recreate_cursor_sql, 0, NULL, NULL,
+			 SPI_OK_INSERT);
 }
 
 /*
@@ -190,17 +247,18 @@ read_window_batch(RelayCursor *cur, HTAB **blocked)
 	Datum values[5];
 	MemoryContext old;
 	RelayBatch *batch;
+	RelaySettings settings = relay_settings_now();
 
 	values[0] = cur->done;
 	values[1] = cur->window;
 	values[2] = Int64GetDatum(cur->last_id);
 	values[3] = Int64GetDatum(cur->max_id);
-	values[4] = Int64GetDatum(outbox_batch_size);
+	values[4] = Int64GetDatum(settings.batch_size);
 	run_plan(&window_batch_plan, window_batch_sql, 5, types, values,
 			 SPI_OK_SELECT);
 
 	old = MemoryContextSwitchTo(relay_batch_context());
-	batch = relay_batch_load(SPI_tuptable, SPI_processed);
+	batch = relay_batch_load(SPI_tuptable, SPI_processed, &settings);
 	MemoryContextSwitchTo(old);
 	*blocked = relay_pending_keys();
 	return batch;
@@ -212,20 +270,22 @@ read_window_batch(RelayCursor *cur, HTAB **blocked)
  * inside relay_begin; commits.
  *
  * Events up to the first one that failed for the broker's sake (timeout,
- * broker unreachable) are settled; that one and the rest are read again.
+ * broker unreachable) or was not answered are settled; that one and the
+ * rest are read again.  The batch is full if it reached the limit it was
+ * read with: a reload since must not close a window it did not finish.
  */
 static RelayOutcome
 record_window_batch(RelayBatch *batch, RelayCursor *cur)
 {
 	int cut = first_transient(batch);
-	bool full = batch->count >= outbox_batch_size;
+	bool full = batch->count >= batch->settings.batch_size;
 
 	for (int i = 0; i < cut; i++)
 	{
 		if (batch->held[i])
 			relay_set_state(batch->msgs[i].event_id, "new", 0, 0, NULL);
 		else if (batch->msgs[i].error != 0)
-			relay_record_failure(&batch->msgs[i], 0);
+			relay_record_failure(batch, i);
 	}
 
 	if (cut < batch->count)
@@ -257,13 +317,15 @@ record_window_batch(RelayBatch *batch, RelayCursor *cur)
 
 /*
  * first_transient: index of the first event that failed for the broker's
- * sake, or count if none did.
+ * sake or was not answered, or count if none.
  */
 static int
 first_transient(RelayBatch *batch)
 {
 	for (int i = 0; i < batch->count; i++)
 	{
+		if (relay_unanswered(batch, i))
+			return i;
 		if (!batch->held[i] && batch->msgs[i].error != 0 &&
 			batch->msgs[i].transient)
 			return i;

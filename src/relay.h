@@ -26,10 +26,27 @@
 #define BATCH_COL_BIZ_KEY 7
 #define BATCH_COL_ATTEMPTS 8 /* retry batches only */
 
-/* Events read for one round of sending, in id order. */
+/*
+ * The settings a batch is judged by, taken when it is read: a reload while
+ * it waits for Kafka must not change how its outcome is recorded.
+ */
+typedef struct RelaySettings
+{
+	int batch_size;
+	int max_attempts;
+	int backoff_min;
+	int backoff_max;
+} RelaySettings;
+
+/*
+ * Events read for one round of sending, in id order.  An event sent but
+ * not answered (msgs[i].done false after the wait) was cut short by a
+ * reload: it is neither delivered nor failed, and goes again.
+ */
 typedef struct RelayBatch
 {
 	int count;
+	RelaySettings settings; /* as when the batch was read */
 	OutboxMessage *msgs;
 	uint64 *key_hash; /* hash of (topic, msg_key), per event */
 	bool *held;       /* not sent: an earlier event of its key waits */
@@ -43,8 +60,13 @@ typedef enum RelayOutcome
 	RELAY_SENT,        /* sent everything that was due */
 	RELAY_MORE,        /* sent a full batch; more is waiting */
 	RELAY_UNREACHABLE, /* the broker did not answer in time */
-	RELAY_BACKOFF      /* nothing due: retries wait for their time */
+	RELAY_BACKOFF,     /* nothing due: retries wait for their time */
+	RELAY_INTERRUPTED, /* a reload cut the wait for Kafka short */
+	RELAY_LOCKED       /* a step gave up waiting for a lock */
 } RelayOutcome;
+
+/* What a step does after relay_begin; a lock timeout in it is caught. */
+typedef void (*RelayStep)(void *arg);
 
 /* batch.c */
 extern bool relay_begin(const char *activity);
@@ -54,17 +76,21 @@ extern void relay_key_add(HTAB *keys, uint64 hash);
 extern bool relay_key_has(HTAB *keys, uint64 hash);
 extern void relay_key_remove(HTAB *keys, uint64 hash);
 extern uint64 relay_key_hash(const char *topic, const char *key);
-extern RelayBatch *relay_batch_load(SPITupleTable *rows, uint64 n);
-extern void relay_batch_send(RelayBatch *batch, HTAB *blocked);
+extern const char *relay_activity(void);
+extern RelaySettings relay_settings_now(void);
+extern RelayBatch *relay_batch_load(SPITupleTable *rows, uint64 n,
+									const RelaySettings *settings);
+extern bool relay_batch_send(RelayBatch *batch, HTAB *blocked);
+extern bool relay_unanswered(const RelayBatch *batch, int i);
 extern HTAB *relay_pending_keys(void);
-extern int relay_backoff_ms(int attempts);
+extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
 
 /* relay.c */
 extern RelayOutcome relay_first_sends(void);
 
 /* retry.c */
 extern RelayOutcome relay_retries(void);
-extern void relay_record_failure(const OutboxMessage *msg, int attempts);
+extern void relay_record_failure(const RelayBatch *batch, int i);
 extern void relay_set_state(int64 id, const char *status, int attempts,
 							int delay_ms, const char *error);
 
@@ -74,7 +100,7 @@ extern void relay_housekeeping(void);
 extern void relay_check_alert(void);
 
 /* worker.c */
-extern bool relay_settings_changed(void);
+extern bool relay_guarded(RelayStep step, void *arg, const char *what);
 extern MemoryContext relay_batch_context(void);
 extern void relay_count(RelayBatch *batch, int upto);
 

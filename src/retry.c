@@ -16,27 +16,37 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "outbox.h"
 #include "relay.h"
 
 #define RETRY_COL_DUE 9
 
+/*
+ * Run as a superuser: schema-qualified functions and operators, and the
+ * times computed here and passed typed, so that no expression resolves to
+ * an object a database owner could create (such as an operator
+ * *(integer, interval) in public, which pg_catalog lacks).
+ */
 static const char *const waiting_sql =
 	"SELECT s.id, l.topic, l.msg_key, l.payload, l.headers, l.biz_type,"
-	"       l.biz_key, s.attempts, s.next_attempt_at <= now()"
-	"  FROM outbox.event_state s JOIN outbox.event_log l ON l.id = s.id"
-	" WHERE s.status = 'new'"
+	"       l.biz_key, s.attempts,"
+	"       s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+	"  FROM outbox.event_state s JOIN outbox.event_log l"
+	"    ON l.id OPERATOR(pg_catalog.=) s.id"
+	" WHERE s.status OPERATOR(pg_catalog.=) 'new'"
 	" ORDER BY s.id LIMIT $1";
 
 static const char *const set_state_sql =
 	"INSERT INTO outbox.event_state AS s"
 	"  (id, status, attempts, next_attempt_at, last_error, updated_at)"
-	" VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond', $5, now())"
+	" VALUES ($1, $2, $3, $4, $5, $6)"
 	" ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,"
 	"  attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
 	"  last_error = COALESCE(EXCLUDED.last_error, s.last_error),"
@@ -64,7 +74,8 @@ relay_retries(void)
 	int followers = 0;
 	RelayOutcome outcome;
 
-	if (!relay_begin("reading due retries"))
+	if (!relay_begin(
+			"reading due retries from outbox.event_state and outbox.event_log"))
 		return RELAY_IDLE;
 	batch = read_due(&due);
 	relay_commit();
@@ -79,20 +90,23 @@ relay_retries(void)
 	if (outcome != RELAY_SENT)
 		return outcome;
 	/* A full batch that moved most of what it read: read on at once. */
-	if (batch->count >= outbox_batch_size && delivered * 2 >= batch->count)
+	if (batch->count >= batch->settings.batch_size &&
+		delivered * 2 >= batch->count)
 		return RELAY_MORE;
 	return RELAY_SENT;
 }
 
 /*
  * send_and_record: send the events of batch not held and record their
- * fate; *delivered counts the ones Kafka acknowledged.
+ * fate; *delivered counts the ones Kafka acknowledged.  A wait cut short
+ * by a reload ends the round: the events not answered stay as they were.
  */
 static RelayOutcome
 send_and_record(RelayBatch *batch, int *delivered)
 {
 	int sent = 0;
 	int transient = 0;
+	bool answered;
 
 	*delivered = 0;
 	for (int i = 0; i < batch->count; i++)
@@ -100,13 +114,15 @@ send_and_record(RelayBatch *batch, int *delivered)
 	if (sent == 0)
 		return batch->count > 0 ? RELAY_BACKOFF : RELAY_IDLE;
 
-	relay_batch_send(batch, relay_key_set());
-	if (!relay_begin("recording retries"))
+	answered = relay_batch_send(batch, relay_key_set());
+	if (!relay_begin("recording retries in outbox.event_state"))
 		return RELAY_IDLE;
 	record_retries(batch);
 	relay_commit();
 
 	relay_count(batch, batch->count);
+	if (!answered)
+		return RELAY_INTERRUPTED;
 	for (int i = 0; i < batch->count; i++)
 	{
 		if (batch->held[i])
@@ -153,20 +169,23 @@ release_followers(RelayBatch *batch, const bool *due)
 }
 
 /*
- * relay_record_failure: note a failed try of msg, which had failed
- * attempts times before: back off, or declare it dead.
+ * relay_record_failure: note a failed try of event i of batch, which had
+ * failed batch->attempts[i] times before: back off, or declare it dead,
+ * by the settings the batch was read with.
  */
 void
-relay_record_failure(const OutboxMessage *msg, int attempts)
+relay_record_failure(const RelayBatch *batch, int i)
 {
-	int failures = attempts + 1;
-	bool dead = !msg->transient && failures >= outbox_max_attempts;
+	const OutboxMessage *msg = &batch->msgs[i];
+	int failures = batch->attempts[i] + 1;
+	bool dead = !msg->transient && failures >= batch->settings.max_attempts;
 	char error[256];
 
 	snprintf(error, sizeof(error), "%s",
 			 msg->error_text ? msg->error_text : "delivery failed");
 	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
-					dead ? 0 : relay_backoff_ms(failures), error);
+					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
+					error);
 	if (dead)
 		ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
 							 " is dead after %d failed attempts: %s",
@@ -174,25 +193,28 @@ relay_record_failure(const OutboxMessage *msg, int attempts)
 }
 
 /*
- * relay_set_state: write an event's delivery state.  Call inside
- * relay_begin.
+ * relay_set_state: write an event's delivery state, due again delay_ms
+ * after the transaction's start (now() in SQL).  Call inside relay_begin.
  */
 void
 relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
 				const char *error)
 {
-	Oid types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, TEXTOID};
-	Datum values[5];
-	char nulls[5] = {' ', ' ', ' ', ' ', error ? ' ' : 'n'};
+	Oid types[6] = {INT8OID,        TEXTOID, INT4OID,
+					TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID};
+	Datum values[6];
+	char nulls[6] = {' ', ' ', ' ', ' ', error ? ' ' : 'n', ' '};
 	SPIPlanPtr plan =
-		outbox_keep_plan(&set_state_plan, set_state_sql, 5, types, false);
+		outbox_keep_plan(&set_state_plan, set_state_sql, 6, types, false);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int rc;
 
 	values[0] = Int64GetDatum(id);
 	values[1] = CStringGetTextDatum(status);
 	values[2] = Int32GetDatum(attempts);
-	values[3] = Int32GetDatum(delay_ms);
+	values[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay_ms));
 	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	values[5] = TimestampTzGetDatum(now);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR,
@@ -213,7 +235,8 @@ read_due(bool **due)
 {
 	SPIPlanPtr plan;
 	Oid type = INT8OID;
-	Datum limit = Int64GetDatum(outbox_batch_size);
+	RelaySettings settings = relay_settings_now();
+	Datum limit = Int64GetDatum(settings.batch_size);
 	MemoryContext old;
 	RelayBatch *batch;
 	HTAB *blocked;
@@ -226,7 +249,7 @@ read_due(bool **due)
 			 SPI_result_code_string(rc));
 
 	old = MemoryContextSwitchTo(relay_batch_context());
-	batch = relay_batch_load(SPI_tuptable, SPI_processed);
+	batch = relay_batch_load(SPI_tuptable, SPI_processed, &settings);
 	blocked = relay_key_set();
 	*due = palloc0(sizeof(bool) * Max(batch->count, 1));
 	for (int i = 0; i < batch->count; i++)
@@ -246,7 +269,8 @@ read_due(bool **due)
 }
 
 /*
- * record_retries: sent, or failed once more.
+ * record_retries: sent, or failed once more; an event not answered stays
+ * due as it was.
  */
 static void
 record_retries(RelayBatch *batch)
@@ -255,11 +279,11 @@ record_retries(RelayBatch *batch)
 	{
 		OutboxMessage *msg = &batch->msgs[i];
 
-		if (batch->held[i])
+		if (batch->held[i] || relay_unanswered(batch, i))
 			continue;
 		if (msg->error == 0)
 			relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
 		else
-			relay_record_failure(msg, batch->attempts[i]);
+			relay_record_failure(batch, i);
 	}
 }

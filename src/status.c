@@ -30,6 +30,7 @@ static const char *const state_names[] = {
 	[RELAY_STATE_UNCONFIGURED] = "not configured",
 	[RELAY_STATE_BACKING_OFF] = "backing off",
 	[RELAY_STATE_PAUSED] = "paused",
+	[RELAY_STATE_WAITING_FOR_LOCK] = "waiting for lock",
 };
 
 static int64 unix_second(TimestampTz t);

@@ -10,6 +10,12 @@
  * tables, a restart anywhere loses nothing and repeats at most the batch
  * that was in flight.
  *
+ * Only this loop applies a reload and starts or stops the producer: a
+ * round that sees a reload coming ends early and leaves both to the loop,
+ * so nothing below it ever holds a producer that is gone.  Every step's
+ * lock waits are bounded (RELAY_LOCK_TIMEOUT_MS): a step that times out is
+ * rolled back, shown as "waiting for lock", and tried again next round.
+ *
  * src/worker.c
  */
 #include "postgres.h"
@@ -23,12 +29,19 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "kafka.h"
 #include "outbox.h"
 #include "relay.h"
+
+/* Longest a relay statement waits for a lock an application may hold. */
+#define RELAY_LOCK_TIMEOUT_MS 5000
+
+/* Steps whose lock waits are said apart: relaying, retention, alert. */
+#define RELAY_GUARDED_STEPS 4
 
 PGDLLEXPORT void outbox_relay_main(Datum main_arg);
 
@@ -37,9 +50,17 @@ static char *used_brokers = NULL; /* settings the producer was made with */
 static char *used_properties = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
+static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
 
+static void pin_settings(void);
+static void apply_reload(void);
+static bool producer_outdated(void);
 static bool ensure_producer(void);
+static void settle_producer(void);
+static void round_step(void *arg);
 static RelayOutcome relay_round(void);
+static void lock_waited(const char *what, ErrorData *edata);
+static void lock_got(const char *what);
 static int pause_after(RelayOutcome outcome, int *unreachable_ms);
 static void log_stall(bool now_stalled);
 static void stop_producer(int code, Datum arg);
@@ -60,18 +81,7 @@ outbox_relay_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
 											  InvalidOid, 0);
-	/* The window logic needs a fresh snapshot per statement. */
-	SetConfigOption("default_transaction_isolation", "read committed",
-					PGC_SUSET, PGC_S_OVERRIDE);
-	/*
-	 * Every relay query reads a narrow index range of a large table.  Right
-	 * after a burst of enqueues the statistics lag, and a sequential scan of
-	 * the whole outbox can look cheaper to the planner; it never is.  JIT
-	 * goes too: the penalty that steers away from sequential scans would
-	 * otherwise make every relay query look worth compiling.
-	 */
-	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	pin_settings();
 	round_context = AllocSetContextCreate(
 		TopMemoryContext, "outbox relay round", ALLOCSET_DEFAULT_SIZES);
 	outbox_relay_attach();
@@ -87,13 +97,16 @@ outbox_relay_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		if (outbox_relay_held())
 			proc_exit(0);
-		if (relay_settings_changed())
+		if (ConfigReloadPending)
+			apply_reload();
+		if (producer_outdated())
 			outbox_kafka_stop();
-		if (ensure_producer())
-			outcome = relay_round();
+		if (ensure_producer() && !relay_guarded(round_step, &outcome, "relaying"))
+			outcome = RELAY_LOCKED;
+		settle_producer();
 		outbox_kafka_serve();
 		outbox_status_broker(outbox_kafka_broker_state());
-		if (outcome != RELAY_MORE)
+		if (outcome != RELAY_MORE && outcome != RELAY_INTERRUPTED)
 			relay_housekeeping();
 
 		timeout = pause_after(outcome, &unreachable_ms);
@@ -107,21 +120,164 @@ outbox_relay_main(Datum main_arg)
 }
 
 /*
- * relay_settings_changed: serve a pending reload; true if it changed the
- * settings the producer was made with.
+ * pin_settings: settings every relay statement relies on, over whatever
+ * postgresql.conf, ALTER DATABASE or ALTER ROLE set.  The relay runs as a
+ * superuser in a database whose owner may not be one: the owner must not
+ * reach its statements through search_path, nor stall or fail them
+ * through timeouts or a read-only default.
  */
-bool
-relay_settings_changed(void)
+static void
+pin_settings(void)
 {
-	if (!ConfigReloadPending)
-		return false;
+	char lock_timeout[32];
+
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	/* The window logic needs a fresh snapshot per statement. */
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	/* Never wait without bound on a lock an application holds. */
+	snprintf(lock_timeout, sizeof(lock_timeout), "%d", RELAY_LOCK_TIMEOUT_MS);
+	SetConfigOption("lock_timeout", lock_timeout, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * Every relay query reads a narrow index range of a large table.  Right
+	 * after a burst of enqueues the statistics lag, and a sequential scan of
+	 * the whole outbox can look cheaper to the planner; it never is.  JIT
+	 * goes too: the penalty that steers away from sequential scans would
+	 * otherwise make every relay query look worth compiling.
+	 */
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
+ * apply_reload: serve a pending reload; here only, between rounds.
+ */
+static void
+apply_reload(void)
+{
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	wait_for_reload = false;
+}
+
+/*
+ * producer_outdated: whether the running producer was made with other
+ * Kafka settings than the current ones.
+ */
+static bool
+producer_outdated(void)
+{
 	if (!outbox_kafka_running())
 		return false;
 	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
 		   strcmp(used_properties, outbox_kafka_properties) != 0;
+}
+
+/*
+ * settle_producer: after a round cut short (by a reload or an error), stop
+ * the producer if messages are still unanswered.  librdkafka keeps
+ * pointers to them, into the round's memory, until it is destroyed, so
+ * this must come before the next round resets that memory.  Their events
+ * were not recorded as sent: they go again.
+ */
+static void
+settle_producer(void)
+{
+	if (outbox_kafka_running() && !outbox_kafka_wait(0))
+		outbox_kafka_stop();
+}
+
+/*
+ * relay_guarded: run step (what names it in the log); true if it ran to
+ * its end.  If a statement in it gave up waiting for a lock (lock_timeout,
+ * SQLSTATE 55P03), its transaction is rolled back, the wait is published
+ * and said once, and false is returned: the loop goes on and the step is
+ * tried again later.  Any other error propagates and ends the process.
+ */
+bool
+relay_guarded(RelayStep step, void *arg, const char *what)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	volatile bool done = true;
+
+	PG_TRY();
+	{
+		step(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData *edata;
+
+		MemoryContextSwitchTo(caller);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		HOLD_INTERRUPTS();
+		AbortOutOfAnyTransaction();
+		FlushErrorState();
+		RESUME_INTERRUPTS();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		lock_waited(what, edata);
+		FreeErrorData(edata);
+		done = false;
+	}
+	PG_END_TRY();
+	if (done)
+		lock_got(what);
+	return done;
+}
+
+/*
+ * lock_waited: publish that step what gave up waiting for a lock, and say
+ * so in the log the first time since it last got its locks.
+ */
+static void
+lock_waited(const char *what, ErrorData *edata)
+{
+	char error[OUTBOX_ERROR_LEN];
+	int free_slot = -1;
+
+	snprintf(error, sizeof(error), "waited over %d ms for a lock while %s",
+			 RELAY_LOCK_TIMEOUT_MS, relay_activity());
+	outbox_status_state(RELAY_STATE_WAITING_FOR_LOCK);
+	outbox_status_error(error);
+	for (int i = 0; i < RELAY_GUARDED_STEPS; i++)
+	{
+		if (lock_waiting[i] != NULL && strcmp(lock_waiting[i], what) == 0)
+			return;
+		if (lock_waiting[i] == NULL && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot >= 0)
+		lock_waiting[free_slot] = what;
+	ereport(
+		WARNING,
+		(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+		 errmsg("outbox relay: %s %s; it is tried again", what, error),
+		 edata->context ? errdetail("%s", edata->context) : 0,
+		 errhint("Another session holds a lock the relay needs (see pg_locks); a line follows when %s gets its locks again.",
+				 what)));
+}
+
+/*
+ * lock_got: say once that step what, which had given up waiting for a
+ * lock, ran to its end again.
+ */
+static void
+lock_got(const char *what)
+{
+	for (int i = 0; i < RELAY_GUARDED_STEPS; i++)
+	{
+		if (lock_waiting[i] != NULL && strcmp(lock_waiting[i], what) == 0)
+		{
+			lock_waiting[i] = NULL;
+			ereport(LOG, (errmsg("outbox relay: %s got its locks again", what)));
+		}
+	}
 }
 
 /*
@@ -146,7 +302,7 @@ relay_count(RelayBatch *batch, int upto)
 
 	for (int i = 0; i < upto; i++)
 	{
-		if (batch->held[i])
+		if (batch->held[i] || relay_unanswered(batch, i))
 			continue;
 		if (batch->msgs[i].error == 0)
 			sent++;
@@ -205,7 +361,17 @@ ensure_producer(void)
 }
 
 /*
- * relay_round: due retries first, then the next batch of first sends.
+ * round_step: relay_round as a guarded step; *arg receives its outcome.
+ */
+static void
+round_step(void *arg)
+{
+	*(RelayOutcome *) arg = relay_round();
+}
+
+/*
+ * relay_round: due retries first, then the next batch of first sends.  A
+ * round cut short by a reload stops there: the loop applies it first.
  */
 static RelayOutcome
 relay_round(void)
@@ -213,15 +379,22 @@ relay_round(void)
 	RelayOutcome retries;
 	RelayOutcome firsts;
 
+	/* settle_producer ran: librdkafka holds no pointer into this memory. */
 	MemoryContextReset(round_context);
 	if (relay_paused())
 	{
 		set_state(RELAY_STATE_PAUSED);
 		return RELAY_IDLE;
 	}
-	set_state(RELAY_STATE_SENDING);
+	/* "waiting for lock" stays until a round gets through (pause_after). */
+	if (outbox_shared->relay_state != RELAY_STATE_WAITING_FOR_LOCK)
+		set_state(RELAY_STATE_SENDING);
 	retries = relay_retries();
+	if (retries == RELAY_INTERRUPTED)
+		return retries;
 	firsts = relay_first_sends();
+	if (firsts == RELAY_INTERRUPTED)
+		return firsts;
 	if (retries == RELAY_UNREACHABLE || firsts == RELAY_UNREACHABLE)
 		return RELAY_UNREACHABLE;
 	if (retries == RELAY_MORE || firsts == RELAY_IDLE)
@@ -239,8 +412,15 @@ pause_after(RelayOutcome outcome, int *unreachable_ms)
 {
 	switch (outcome)
 	{
+		case RELAY_INTERRUPTED:
+			/* A reload is pending: the loop applies it at once. */
+			return 0;
+		case RELAY_LOCKED:
+			/* State and error were published by relay_guarded. */
+			return outbox_poll_interval;
 		case RELAY_MORE:
 			*unreachable_ms = 0;
+			set_state(RELAY_STATE_SENDING);
 			log_stall(false);
 			return 0;
 		case RELAY_UNREACHABLE:
