@@ -63,10 +63,12 @@ format:
 format-check:
 	clang-format --dry-run --Werror src/*.c src/*.h
 
-# Test tools: a Kafka consumer, a librdkafka mock-cluster broker, and the
-# chaos suite's order writer and inventory consumer.
+# Test tools: a Kafka consumer, a librdkafka mock-cluster broker, the
+# chaos suite's order writer and inventory consumer, and a server module
+# whose log hook records what another extension's hook would see.
 TOOLS = test/tools/outbox-consume test/tools/outbox-mock-broker \
-        test/tools/outbox-chaos-writer test/tools/outbox-chaos-inventory
+        test/tools/outbox-chaos-writer test/tools/outbox-chaos-inventory \
+        test/tools/outbox_log_spy.so
 LIBPQ = -I$(shell $(PG_CONFIG) --includedir) -L$(shell $(PG_CONFIG) --libdir) -lpq
 
 tools: $(TOOLS)
@@ -79,6 +81,10 @@ test/tools/outbox-mock-broker: test/tools/mock_broker.c
 
 test/tools/outbox-chaos-writer: test/tools/chaos_writer.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ)
+
+test/tools/outbox_log_spy.so: test/tools/log_spy.c
+	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC \
+	    -I$(shell $(PG_CONFIG) --includedir-server) -o $@ $<
 
 test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ) -lrdkafka

@@ -28,6 +28,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "common/hashfn.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
@@ -78,6 +79,10 @@ static rd_kafka_conf_t *make_conf(const char *brokers, const char *properties,
 								  char *problem, size_t size);
 static bool apply_properties(rd_kafka_conf_t *conf, const char *properties,
 							 char *problem, size_t size);
+static bool apply_entry(rd_kafka_conf_t *conf, char *entry, int position,
+						char *problem, size_t size);
+static char *next_entry(const char **cursor);
+static char *trimmed(char *text);
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg,
 						void *opaque);
 static void on_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -324,48 +329,106 @@ make_conf(const char *brokers, const char *properties, char *problem, size_t siz
 }
 
 /*
- * apply_properties: set each "key=value" of a ';'-separated list.
+ * apply_properties: set each "key=value" of a ';'-separated list.  A refused
+ * entry is named by its property only if librdkafka knows that name, else
+ * by its position: an unknown "name" may be the tail of a password that
+ * held a ';', and librdkafka's own reason may quote the value.
  */
 static bool
 apply_properties(rd_kafka_conf_t *conf, const char *properties, char *problem,
 				 size_t size)
 {
-	char *copy = pstrdup(properties ? properties : "");
-	char *save = NULL;
+	const char *cursor = properties ? properties : "";
+	char *entry;
+	int position = 0;
 	bool ok = true;
 
-	for (char *item = strtok_r(copy, ";", &save); item != NULL && ok;
-		 item = strtok_r(NULL, ";", &save))
+	while (ok && (entry = next_entry(&cursor)) != NULL)
 	{
-		char *eq = strchr(item, '=');
-		char *key = item;
-		char why[256];
-
-		while (*key == ' ' || *key == '\t' || *key == '\n')
-			key++;
-		if (*key == '\0')
-			continue;
-		if (eq == NULL)
-		{
-			snprintf(problem, size, "Entry \"%.64s\" is not key=value.", key);
-			ok = false;
-			break;
-		}
-		*eq = '\0';
-		for (char *end = eq - 1; end >= key && (*end == ' ' || *end == '\t');
-			 end--)
-			*end = '\0';
-		if (rd_kafka_conf_set(conf, key, eq + 1, why, sizeof(why)) !=
-			RD_KAFKA_CONF_OK)
-		{
-			/* librdkafka's reason may quote the value: name the key only. */
-			snprintf(problem, size,
-					 "Property \"%.64s\" was refused by librdkafka.", key);
-			ok = false;
-		}
+		position++;
+		ok = apply_entry(conf, entry, position, problem, size);
+		pfree(entry);
 	}
-	pfree(copy);
 	return ok;
+}
+
+/*
+ * apply_entry: set the property of one "key=value" entry, white space
+ * around key and value ignored; an empty entry is no property.
+ */
+static bool
+apply_entry(rd_kafka_conf_t *conf, char *entry, int position, char *problem,
+			size_t size)
+{
+	char *eq = strchr(entry, '=');
+	char *key;
+	char why[256];
+	rd_kafka_conf_res_t res;
+
+	if (eq == NULL && *trimmed(entry) == '\0')
+		return true;
+	if (eq == NULL)
+	{
+		snprintf(problem, size, "Entry %d is not key=value.", position);
+		return false;
+	}
+	*eq = '\0';
+	key = trimmed(entry);
+	if (*key == '\0')
+	{
+		snprintf(problem, size, "Entry %d has no property name.", position);
+		return false;
+	}
+	res = rd_kafka_conf_set(conf, key, trimmed(eq + 1), why, sizeof(why));
+	if (res == RD_KAFKA_CONF_UNKNOWN)
+		snprintf(problem, size, "Entry %d names no property librdkafka knows.",
+				 position);
+	else if (res != RD_KAFKA_CONF_OK)
+		snprintf(problem, size,
+				 "Property \"%.64s\" was refused by librdkafka (entry %d).",
+				 key, position);
+	return res == RD_KAFKA_CONF_OK;
+}
+
+/*
+ * next_entry: the entry of a ';'-separated list at *cursor, palloc'd, with
+ * "\;" read as ';' and "\\" as '\' (so a password may hold either);
+ * NULL at the end of the list.
+ */
+static char *
+next_entry(const char **cursor)
+{
+	const char *p = *cursor;
+	StringInfoData entry;
+
+	if (*p == '\0')
+		return NULL;
+	initStringInfo(&entry);
+	for (; *p != '\0' && *p != ';'; p++)
+	{
+		if (p[0] == '\\' && (p[1] == ';' || p[1] == '\\'))
+			p++;
+		appendStringInfoChar(&entry, *p);
+	}
+	*cursor = *p == ';' ? p + 1 : p;
+	return entry.data;
+}
+
+/*
+ * trimmed: text without the white space around it, cut in place.
+ */
+static char *
+trimmed(char *text)
+{
+	char *end;
+
+	while (isspace((unsigned char) *text))
+		text++;
+	end = text + strlen(text);
+	while (end > text && isspace((unsigned char) end[-1]))
+		end--;
+	*end = '\0';
+	return text;
 }
 
 /*

@@ -172,7 +172,8 @@ define_relay_settings(void)
 	DefineCustomStringVariable(
 		"outbox.kafka_properties",
 		gettext_noop("librdkafka producer properties, as key=value;key=value."),
-		gettext_noop("For TLS, SASL and tuning; readable by superusers only."),
+		gettext_noop("For TLS, SASL and tuning; \\; in a value is a ;, \\\\ a \\. "
+					 "Readable by superusers and pg_read_all_settings only."),
 		&outbox_kafka_properties, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 		check_kafka_properties, NULL, NULL);
 
@@ -319,13 +320,16 @@ assign_allowed_consumers(const char *newval, void *extra)
 /*
  * check_kafka_properties: refuse properties librdkafka would refuse, so a
  * typo fails at ALTER SYSTEM or reload instead of silently idling the
- * relay.  The message names the property, never its value.
+ * relay.  The message names a property librdkafka knows, or the entry's
+ * position, never a value.  The statement that sets a value is hidden
+ * from pg_stat_activity.
  */
 static bool
 check_kafka_properties(char **newval, void **extra, GucSource source)
 {
 	char problem[256];
 
+	outbox_redact_activity();
 	if (*newval == NULL ||
 		outbox_kafka_check_properties(*newval, problem, sizeof(problem)))
 		return true;

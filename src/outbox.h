@@ -125,6 +125,7 @@ extern void outbox_status_broker(const char *state);
 /* Keeping outbox.kafka_properties out of the log (redact.c) */
 
 extern void outbox_redact_init(void);
+extern void outbox_redact_activity(void);
 
 /* Launcher (launcher.c) */
 
