@@ -67,12 +67,6 @@ SELECT err($$DELETE FROM outbox.event_log$$);
 SELECT err($$SELECT outbox.enqueue('T', 'by-operator', '{}')$$);
 RESET ROLE;
 
--- TEMPORARY, until the 0.2.0 scripts land (they drop the pinned
--- search_path of enqueue and claim): unpin it here, so that the hostile
--- search_path cases below test the statements as they run in 0.2.0.
-ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text) RESET search_path;
-ALTER FUNCTION outbox.claim(text, bigint, text, text) RESET search_path;
-
 -- A hostile search_path cannot redirect what enqueue runs: an "=" that
 -- calls every payload equal would turn the conflict below into a silent
 -- success if enqueue's queries resolved it.

@@ -15,11 +15,6 @@ CREATE SCHEMA fuzz;
 CREATE ROLE fuzz_app;
 CREATE ROLE fuzz_none;
 GRANT USAGE ON SCHEMA outbox TO fuzz_app;
--- TEMPORARY, until the 0.2.0 scripts land (they drop the pinned
--- search_path of enqueue and claim): unpin it, so that the hostile
--- search_path cases test the statements as they run in 0.2.0.
-ALTER FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text) RESET search_path;
-ALTER FUNCTION outbox.claim(text, bigint, text, text) RESET search_path;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text),
                           outbox.claim(text, bigint, text, text) TO fuzz_app;
 
