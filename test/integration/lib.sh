@@ -51,6 +51,45 @@ load_consumed() {
         -c "\\copy $1 (topic, part, off, key, headers, value, received_us, created_ms) FROM '$2' WITH (FORMAT csv, DELIMITER E'\\t', QUOTE E'\\x01')"
 }
 
+# expect_delivered NAME TABLE SQL: fail unless the distinct event ids in
+# TABLE (consumer output, see load_consumed) are exactly the ids SQL
+# returns: names how many are missing and how many arrived unasked.
+expect_delivered() {
+    local got
+    got=$(sql "WITH want AS ($3), got AS (SELECT DISTINCT event_id AS id FROM $2)
+               SELECT (SELECT count(*) FROM want WHERE id NOT IN (SELECT id FROM got WHERE id IS NOT NULL))
+                      || ' missing, ' ||
+                      (SELECT count(*) FROM got WHERE id IS NULL OR id NOT IN (SELECT id FROM want))
+                      || ' unexpected'")
+    expect "$1" "$got" "0 missing, 0 unexpected"
+}
+
+# duplicates TABLE: how many messages in TABLE repeat an event id.
+duplicates() {
+    sql "SELECT count(*) - count(DISTINCT event_id) FROM $1"
+}
+
+# log_mark: the server log's current size, to read only what comes after.
+log_mark() {
+    stat -c %s "$CLUSTER_DIR/server.log"
+}
+
+# log_since MARK: the server log written since MARK (see log_mark).
+log_since() {
+    tail -c +"$(($1 + 1))" "$CLUSTER_DIR/server.log"
+}
+
+# wait_log MARK SECONDS PATTERN: poll until the log since MARK matches the
+# extended regular expression PATTERN; false on timeout.
+wait_log() {
+    local deadline=$((SECONDS + $2))
+    while [ $SECONDS -lt $deadline ]; do
+        log_since "$1" | grep -q -E -- "$3" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # relay_pid: the relay process, or nothing.
 relay_pid() {
     sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'" 2>/dev/null
