@@ -20,34 +20,21 @@ IT_SASL_USER=outbox
 IT_SASL_PASSWORD='Right-Sasl;Pw-4711'
 IT_SASL_WRONG=Wrong-Sasl-Pw-0815
 
-# log_mark: remember where the server log ends now.
-log_mark() {
-    LOG_MARK=$(stat -c %s "$CLUSTER_DIR/server.log")
-}
+# The cases below read the server log since LOG_MARK, which each sets with
+# LOG_MARK=$(log_mark) (lib.sh) before what it watches.
 
-# log_since: what the server wrote to its log since log_mark.
-log_since() {
-    tail -c +$((LOG_MARK + 1)) "$CLUSTER_DIR/server.log"
-}
-
-# log_count REGEX: lines of the log since log_mark matching REGEX.
+# log_count REGEX: lines of the log since LOG_MARK matching REGEX.
 log_count() {
-    log_since | grep -c -E -- "$1"
+    log_since "$LOG_MARK" | grep -c -E -- "$1"
 }
 
-# log_shows REGEX: wait until a line since log_mark matches REGEX.
+# log_shows REGEX: wait (30 s at most) until a line since LOG_MARK matches
+# REGEX; fail if none does.
 log_shows() {
-    local deadline=$((SECONDS + 30))
-    until log_since | grep -q -E -- "$1"; do
-        if [ $SECONDS -ge $deadline ]; then
-            fail "no line in the server log matches '$1'"
-            return 1
-        fi
-        sleep 0.2
-    done
+    wait_log "$LOG_MARK" 30 "$1" || fail "no line in the server log matches '$1'"
 }
 
-# log_at_most N REGEX: fail if more than N lines since log_mark match REGEX.
+# log_at_most N REGEX: fail if more than N lines since LOG_MARK match REGEX.
 log_at_most() {
     local n
     n=$(log_count "$2")
@@ -72,7 +59,7 @@ state_is() {
 }
 
 # relay_steady PID: fail unless the relay is still process PID and no relay
-# process ended since log_mark.
+# process ended since LOG_MARK.
 relay_steady() {
     expect "relay process" "$(relay_pid)" "$1"
     expect "relay processes that ended" \
@@ -154,7 +141,7 @@ t_fault_apiversions() {
     local topic=mock.fault.apiversions pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock request-errors 18 100000 35
     new_producer apiversions
     enqueue $topic 10 av
@@ -189,7 +176,7 @@ t_fault_metadata() {
     mock topic-error $topic 5
     # Deliveries time out in 2 s instead of 5 min, so the stall shows.
     set_setting outbox.kafka_properties "message.timeout.ms=2000"
-    log_mark
+    LOG_MARK=$(log_mark)
     enqueue $topic 10 md
     log_shows 'outbox relay: Kafka did not acknowledge the events sent'
     log_shows "The cluster reports for topic \"$topic\": Broker: Leader not available"
@@ -213,7 +200,7 @@ t_fault_metadata_unknown_topic() {
     pid=$(relay_pid)
     mock topic-error $topic 3
     set_setting outbox.kafka_properties "topic.metadata.propagation.max.ms=500"
-    log_mark
+    LOG_MARK=$(log_mark)
     enqueue $topic 5 nt
     wait_until 30 "SELECT count(*) = 5 FROM outbox.dead_letters WHERE topic = '$topic' AND attempts = 3" \
         || fail "events not dead after 3 refusals: $(sql "SELECT string_agg(status || '/' || attempts, ' ') FROM outbox.events WHERE topic = '$topic'")"
@@ -241,7 +228,7 @@ t_fault_init_producer_id() {
     local topic=mock.fault.pid pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock request-errors 22 2 14
     mock request-errors 22 100000 15
     new_producer pid
@@ -267,7 +254,7 @@ t_fault_init_producer_id_fatal() {
     local topic=mock.fault.pid.fatal pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock request-errors 22 40 31
     new_producer pid-fatal
     enqueue $topic 10 pf
@@ -292,7 +279,7 @@ t_fault_produce_retriable() {
     local topic=mock.fault.produce pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock request-errors 0 2 19     # NOT_ENOUGH_REPLICAS
     mock request-errors 0 2 7      # REQUEST_TIMED_OUT
     mock request-errors 0 2 56     # KAFKA_STORAGE_ERROR
@@ -330,7 +317,7 @@ t_fault_produce_refused() {
     local topic=mock.fault.refused pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock request-errors 0 1 87   # INVALID_RECORD
     mock request-errors 0 1 18   # RECORD_LIST_TOO_LARGE
     enqueue $topic 10 rf
@@ -371,7 +358,7 @@ t_bad_broker_address() {
     local topic=it.badaddr pid port
     pid=$(relay_pid)
     port=$(kafka_free_port)
-    log_mark
+    LOG_MARK=$(log_mark)
     set_setting outbox.kafka_brokers "127.0.0.1:$port"
     enqueue $topic 10 ba
     log_shows "Connect to ipv4#127.0.0.1:$port failed: Connection refused"
@@ -430,7 +417,7 @@ t_bad_kafka_property() {
     set_conf_properties "linger.ms=3"
     sql "SELECT pg_reload_conf()" >/dev/null
     wait_until 10 "SELECT current_setting('outbox.kafka_properties') = 'linger.ms=3'" || fail "the good value was not taken"
-    log_mark
+    LOG_MARK=$(log_mark)
     set_conf_properties "linger.ms=3;no.such.property=Hidden-Value-3"
     sql "SELECT pg_reload_conf()" >/dev/null
     log_shows 'invalid value for parameter "outbox.kafka_properties" \(value hidden\)'
@@ -441,7 +428,7 @@ t_bad_kafka_property() {
     relay_steady "$pid"
 
     # At server start: the server starts, says so, and relays.
-    log_mark
+    LOG_MARK=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
     log_shows 'invalid value for parameter "outbox.kafka_properties" \(value hidden\)'
     wait_until 30 "SELECT count(*) = 1 FROM outbox.relay_status()" || fail "no relay after the restart"
@@ -452,7 +439,7 @@ t_bad_kafka_property() {
 
     # Each property fine, the combination refused when the producer is made.
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     set_setting outbox.kafka_properties "max.in.flight=10"
     log_shows 'outbox relay: could not create the Kafka producer: `max.in.flight` must be set <= 5 when `enable.idempotence` is true'
     state_is 'not configured'
@@ -474,7 +461,7 @@ t_sasl_bad_password() {
     local topic=it.sasl pid sasl="security.protocol=SASL_PLAINTEXT;sasl.mechanism=PLAIN;sasl.username=$IT_SASL_USER"
     [ -n "${KAFKA_SASL_BROKERS:-}" ] || { fail "the test broker has no SASL listener (kafka_add_sasl)"; return; }
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     sql "ALTER SYSTEM SET outbox.kafka_properties = '$sasl;sasl.password=$IT_SASL_WRONG'"
     set_setting outbox.kafka_brokers "$KAFKA_SASL_BROKERS"
     enqueue $topic 10 sa

@@ -18,17 +18,6 @@ has_id() {
     consumed_ids "$1" | grep -qx "$2"
 }
 
-# wait_log SECONDS MARKER PATTERN: wait until the server log written after
-# byte MARKER has a line matching PATTERN; false on timeout.
-wait_log() {
-    local deadline=$((SECONDS + $1))
-    while [ $SECONDS -lt $deadline ]; do
-        tail -c +"$(($2 + 1))" "$CLUSTER_DIR/server.log" | grep -q -- "$3" && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
 # A role with no rights runs DROP DATABASE of the relayed database, again
 # and again (refused, 42501); so does a superuser inside a transaction
 # block (refused, 25001).  Neither stops the relay, and the events
@@ -102,9 +91,9 @@ t_drop_database_terminated() {
 # outbox.enqueue, does not wake the relay.
 t_commit_prepared_wakes() {
     local topic=it.prepared out=$IT_TMP/prepared.tsv marker e0 e1 e2 ids
-    marker=$(wc -c <"$CLUSTER_DIR/server.log")
+    marker=$(log_mark)
     set_setting outbox.poll_interval 60000
-    wait_log 10 "$marker" 'parameter "outbox.poll_interval" changed to "60000"' || fail "the reload was not logged"
+    wait_log "$marker" 10 'parameter "outbox.poll_interval" changed to "60000"' || fail "the reload was not logged"
     # A commit wakes the relay, which by then has read the new setting.
     e0=$(sql "SELECT outbox.enqueue('T', 'pr-0', '{}', topic => '$topic')")
     consume $topic 1 10000 >"$out" || fail "the first event did not arrive"

@@ -3,7 +3,7 @@
 # while a batch waits for Kafka, locks held by applications, the extension
 # or the cursor row recreated under the relay, and retries in step.
 #
-# Uses the helpers of lib.sh and faults.sh (log_mark, log_count,
+# Uses the helpers of lib.sh and faults.sh (LOG_MARK, log_count,
 # relay_steady, ...).  Every check is on event ids a consumer read, on the
 # server log since a mark, or on what the case's own role could do.
 
@@ -34,7 +34,7 @@ relay_waits_for_acks() {
         || fail "the relay never waited for acknowledgements: $(relay_state)"
 }
 
-# no_crash: fail if a server process died of a signal since log_mark.
+# no_crash: fail if a server process died of a signal since LOG_MARK.
 no_crash() {
     expect "processes terminated by a signal" "$(log_count 'terminated by signal')" 0
     expect "server restarts" "$(log_count 'all server processes terminated')" 0
@@ -177,7 +177,7 @@ t_batch_size_reload() {
     local topic=mock.batchreload pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     set_setting outbox.batch_size 100
     sleep 1    # the relay applies a reload between rounds, poll_interval apart
     mock rtt 1500
@@ -200,7 +200,7 @@ t_kafka_reload_in_wait() {
     local topic=mock.reloadwait pid
     mock create $topic 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     set_setting outbox.backoff_min 3000
     set_setting outbox.backoff_max 3000
     reload_in_retry_wait $topic brokers outbox.kafka_brokers "$MOCK_BROKERS,$MOCK_BROKERS"
@@ -248,7 +248,7 @@ t_extension_recreated_in_flight() {
     mock create $topic.old 1
     mock create $topic.new 1
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     mock rtt 2000
     sql "SELECT count(outbox.enqueue('T', 'rc-old-' || i, '{}', topic => '$topic.old')) FROM generate_series(1, 5) i" >/dev/null
     relay_waits_for_acks
@@ -347,7 +347,7 @@ t_lock_held_by_producer() {
 t_lock_table_exclusive() {
     local topic=it.locktable pid
     pid=$(relay_pid)
-    log_mark
+    LOG_MARK=$(log_mark)
     hold_open "LOCK TABLE outbox.event_state IN ACCESS EXCLUSIVE MODE"
     sql "SELECT count(outbox.enqueue('T', 'lt-' || i, '{}', topic => '$topic')) FROM generate_series(1, 10) i" >/dev/null
     wait_until 30 "SELECT state = 'waiting for lock' AND strpos(last_error, 'outbox.event_state') > 0 FROM outbox.relay_status()" \
@@ -373,7 +373,7 @@ t_cursor_row_deleted() {
     pid=$(relay_pid)
     sql "SELECT count(outbox.enqueue('T', 'cur-before-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
     wait_until 20 "$(all_sent $topic 5)" || fail "events not sent before the row was deleted"
-    log_mark
+    LOG_MARK=$(log_mark)
     sql "DELETE FROM outbox.relay_cursor"
     sql "SELECT count(outbox.enqueue('T', 'cur-after-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
     got_every_event $topic "SELECT id FROM outbox.event_log WHERE topic = '$topic'" 30

@@ -66,7 +66,7 @@ t_secrets() {
     restart_with "$SPY_LIB, outbox" || return
     sql "SET client_min_messages = warning; DROP ROLE IF EXISTS secrets_monitor;
          CREATE ROLE secrets_monitor LOGIN IN ROLE pg_monitor"
-    log_mark
+    LOG_MARK=$(log_mark)
     : >"$all"
 
     {
@@ -109,7 +109,7 @@ t_secrets() {
     sql "ALTER SYSTEM RESET log_statement"
     sql "ALTER SYSTEM RESET log_min_error_statement"
     restart_with ""
-    log_since >"$IT_TMP/secrets.log"
+    log_since "$LOG_MARK" >"$IT_TMP/secrets.log"
     leaks "the server log" "$IT_TMP/secrets.log"
     leaks "what the client or pg_stat_activity showed" "$all"
     leaks "what another extension's log hook saw" "$spy"
