@@ -188,16 +188,30 @@ t_drop_extension() {
 
 # DROP DATABASE of the database the relay serves is not refused because
 # of the relay's connection; the launcher then waits for it to exist.
+# Before, the relay delivers the served database's event; after, back on
+# $IT_DB, the event there: checked by id against what consumers received.
 t_drop_relay_database() {
+    local topic=it.drop_relayed out=$IT_TMP/drop_relayed.tsv victim home
     sql "CREATE DATABASE outbox_victim"
     "$PGBIN/psql" -X -q -d outbox_victim -c "CREATE EXTENSION outbox"
     set_setting outbox.database outbox_victim
     wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'outbox_victim'" \
         || fail "no relay started for outbox_victim"
+    victim=$(IT_DB=outbox_victim sql "SELECT outbox.enqueue('T', 'victim-1', '{}', topic => '$topic.victim')")
+    IT_DB=outbox_victim wait_until 20 "SELECT status = 'sent' FROM outbox.events WHERE id = $victim" \
+        || fail "the relay of outbox_victim did not send its event"
     timeout 30 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE outbox_victim" || fail "DROP DATABASE of the relayed database failed"
     set_setting outbox.database "$IT_DB"
     wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = '$IT_DB'" \
         || fail "the relay did not come back for $IT_DB"
+    home=$(sql "SELECT outbox.enqueue('T', 'drop-relayed-home', '{}', topic => '$topic')")
+    wait_until 20 "SELECT status = 'sent' FROM outbox.events WHERE id = $home" || fail "the relay back on $IT_DB did not send"
+    consume $topic.victim 100 20000 3000 >"$out"
+    load_consumed got_drop_victim "$out"
+    expect_delivered "events of outbox_victim delivered" got_drop_victim "SELECT $victim AS id"
+    consume $topic 100 20000 3000 >"$out"
+    load_consumed got_drop_home "$out"
+    expect_delivered "events of $IT_DB delivered" got_drop_home "SELECT $home AS id"
 }
 
 # A streaming standby relays nothing; promoted after the primary dies, it
@@ -235,24 +249,29 @@ t_promotion() {
 
 # stats and relay_status while the broker is down: the backlog and its age
 # grow, the relay says the broker is unreachable and warns in the log; then
-# everything drains and the warning is followed by a recovery line.
+# every event arrives, the backlog drains and the warning is followed by a
+# recovery line.
 t_stats_broker_down() {
-    local topic=it.stats
+    local topic=it.stats out=$IT_TMP/stats.tsv mark
     set_setting outbox.alert_delay 2
     kafka_kill
+    mark=$(log_mark)
     sql "SELECT count(outbox.enqueue('T', 'st-' || i, '{}', topic => '$topic')) FROM generate_series(1, 50) i" >/dev/null
     wait_until 20 "SELECT backlog >= 50 AND max_delay_sec > 3 FROM outbox.stats" \
         || fail "stats did not show the backlog: $(sql "SELECT backlog || ' ' || max_delay_sec FROM outbox.stats")"
     wait_until 20 "SELECT state = 'broker unreachable' AND broker_state = 'down' FROM outbox.relay_status()" \
         || fail "relay_status did not show the broker down: $(sql "SELECT state || '/' || broker_state FROM outbox.relay_status()")"
-    wait_until 20 "SELECT true" && sleep 6
-    grep -q 'WARNING:  outbox backlog: the oldest unsent event is' "$CLUSTER_DIR/server.log" || fail "no backlog warning in the log"
+    wait_log "$mark" 20 'WARNING:  outbox backlog: the oldest unsent event is' || fail "no backlog warning in the log"
+    mark=$(log_mark)
     kafka_start || fail "broker did not restart"
     wait_until 60 "SELECT backlog = 0 AND max_delay_sec = 0 FROM outbox.stats" || fail "backlog did not drain"
+    # All acknowledged: read until nothing more comes.
+    consume $topic 1000 60000 3000 >"$out"
+    load_consumed got_stats "$out"
+    expect_delivered "events delivered after the outage" got_stats "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
     expect "sent in the last minute, at least" "$(sql "SELECT sent_last_minute >= 50 FROM outbox.stats")" t
     expect "relay after recovery" "$(sql "SELECT broker_state || ' ' || (last_batch_at > now() - interval '1 minute') FROM outbox.relay_status()")" "up true"
-    wait_until 20 "SELECT true" && sleep 6
-    grep -q 'LOG:  outbox backlog recovered' "$CLUSTER_DIR/server.log" || fail "no recovery line in the log"
+    wait_log "$mark" 20 'LOG:  outbox backlog recovered' || fail "no recovery line in the log"
     set_setting outbox.alert_delay 60
 }
 
@@ -272,29 +291,71 @@ t_pause_resume() {
 }
 
 # Retention: the relay removes sent events and claims older than their
-# retention, and keeps what is newer.
+# retention (outbox.sent_retention, outbox.dedup_retention) and keeps what
+# is newer, and an old event that is dead or not sent yet.  Events are aged
+# by setting created_at back; each "kept" check follows a purge proven to
+# have run (it removed an aged witness in the same statement).  Every event
+# is checked by id against what a consumer received.
 t_retention() {
-    local topic=it.retention
+    local topic=it.retention out=$IT_TMP/retention.tsv age="interval '55 minutes'" old dead unsent witness kept
+    set_setting outbox.sent_retention 3000
+    set_setting outbox.dedup_retention 3000
     sql "SELECT count(outbox.enqueue('T', 're-' || i, '{}', topic => '$topic')) FROM generate_series(1, 30) i" >/dev/null
     sql "SELECT count(outbox.claim('retention-test', i)) FROM generate_series(1, 10) i" >/dev/null
     wait_until 20 "$(all_sent $topic 30)" || fail "events not sent"
-    set_setting outbox.sent_retention 2
-    set_setting outbox.dedup_retention 2
-    wait_until 30 "SELECT count(*) = 0 FROM outbox.event_log WHERE topic = '$topic'" || fail "sent events were not removed"
-    wait_until 30 "SELECT count(*) = 0 FROM outbox.consumer_dedup WHERE consumer = 'retention-test'" || fail "claims were not removed"
+    old=$(sql "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.event_log WHERE topic = '$topic'")
+
+    # A dead event: librdkafka refuses a message over message.max.bytes.
+    set_setting outbox.kafka_properties "message.max.bytes=1000"
+    dead=$(sql "SELECT outbox.enqueue('T', 're-dead', jsonb_build_object('pad', repeat('x', 2000)), topic => '$topic')")
+    wait_until 30 "SELECT status = 'dead' FROM outbox.events WHERE id = $dead" \
+        || fail "the oversized event is not dead: $(sql "SELECT status || '/' || attempts FROM outbox.events WHERE id = $dead")"
+    sql "ALTER SYSTEM RESET outbox.kafka_properties" && sql "SELECT pg_reload_conf()" >/dev/null
+    # An unsent event: the relay paused, so its cursor does not reach it.
+    sql "SELECT outbox.pause()" >/dev/null
+    wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "relay not paused"
+    unsent=$(sql "SELECT outbox.enqueue('T', 're-unsent', '{}', topic => '$topic')")
+
+    # Time passes: every event so far (retention relies on ids growing with
+    # created_at) older than the retention.  The sent ones and the claims go
+    # (the relay purges while paused), the dead and the unsent one stay.
+    sql "UPDATE outbox.event_log SET created_at = created_at - $age WHERE id <= $unsent;
+         UPDATE outbox.consumer_dedup SET processed_at = processed_at - $age WHERE consumer = 'retention-test'"
+    wait_until 60 "SELECT count(*) = 0 FROM outbox.event_log WHERE id IN ($old)" || fail "old sent events were not removed"
+    wait_until 30 "SELECT count(*) = 0 FROM outbox.consumer_dedup WHERE consumer = 'retention-test'" || fail "old claims were not removed"
+    expect "old events left by the purge" "$(sql "SELECT string_agg(id || '=' || status, ' ' ORDER BY id) FROM outbox.events WHERE topic = '$topic'")" \
+        "$dead=dead $unsent=new"
+    sql "SELECT outbox.resume()" >/dev/null
+    wait_until 20 "SELECT status = 'sent' FROM outbox.events WHERE id = $unsent" || fail "the old unsent event was not sent after resume"
+
+    # New events and claims are kept by the purge that removes an aged witness.
+    witness=$(sql "SELECT outbox.enqueue('T', 're-witness', '{}', topic => '$topic')")
+    kept=$(sql "SELECT outbox.enqueue('T', 're-kept', '{}', topic => '$topic')")
+    sql "SELECT outbox.claim('retention-test', 100), outbox.claim('retention-test', 101)" >/dev/null
+    wait_until 20 "SELECT count(*) = 2 FROM outbox.events WHERE id IN ($witness, $kept) AND status = 'sent'" || fail "new events not sent"
+    sql "UPDATE outbox.event_log SET created_at = created_at - $age WHERE id <= $witness AND created_at > now() - $age;
+         UPDATE outbox.consumer_dedup SET processed_at = processed_at - $age WHERE consumer = 'retention-test' AND event_id = 101"
+    wait_until 30 "SELECT NOT EXISTS (SELECT 1 FROM outbox.event_log WHERE id = $witness)
+                      AND NOT EXISTS (SELECT 1 FROM outbox.consumer_dedup WHERE consumer = 'retention-test' AND event_id = 101)" \
+        || fail "the aged witness event or claim was not removed"
+    expect "events kept by the purge" "$(sql "SELECT string_agg(id || '=' || status, ' ' ORDER BY id) FROM outbox.events WHERE id IN ($dead, $kept)")" \
+        "$dead=dead $kept=sent"
+    expect "claims kept by the purge" "$(sql "SELECT string_agg(event_id::text, ' ') FROM outbox.consumer_dedup WHERE consumer = 'retention-test'")" 100
+
+    # All acknowledged: read until nothing more comes.  The dead one never.
+    consume $topic 100 30000 3000 >"$out"
+    load_consumed got_retention "$out"
+    expect_delivered "events of $topic delivered" got_retention "SELECT unnest(ARRAY[$old, $unsent, $witness, $kept]::bigint[]) AS id"
+    sql "DELETE FROM outbox.event_state WHERE id = $dead; DELETE FROM outbox.event_log WHERE id = $dead"
     set_setting outbox.sent_retention 3600
     set_setting outbox.dedup_retention 604800
-    sql "SELECT outbox.enqueue('T', 're-kept', '{}', topic => '$topic')" >/dev/null
-    sql "SELECT outbox.claim('retention-test', 100)" >/dev/null
-    wait_until 20 "$(all_sent $topic 1)" || fail "new event not sent"
-    sleep 11
-    expect "new event kept" "$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")" 1
-    expect "new claim kept" "$(sql "SELECT count(*) FROM outbox.consumer_dedup WHERE consumer = 'retention-test'")" 1
 }
 
-# The postgres_exporter queries run, and every metric is one of their columns.
+# The postgres_exporter queries run, and every metric is one of their
+# columns; sent_total counts the events a consumer received, by id.
 t_exporter_queries() {
     local yaml=contrib/postgres_exporter/queries.yaml name query columns metric
+    local topic=it.exporter out=$IT_TMP/exporter.tsv before
     while IFS=$'\t' read -r name query; do
         columns=$("$PGBIN/psql" -X -q -d "$IT_DB" --csv -c "$query" 2>&1 | head -n 1) \
             || { fail "query of $name failed: $columns"; continue; }
@@ -305,4 +366,12 @@ t_exporter_queries() {
     done < <(awk '/^[a-z_]+:$/ {name=$0; sub(/:$/, "", name)}
                   /^  query: / {q=$0; sub(/^  query: "/, "", q); sub(/"$/, "", q); print name "\t" q}' "$yaml")
     expect "relay rows" "$(sql "SELECT count(*) FROM outbox.relay_status()")" 1
+    before=$(sql "SELECT sent_total FROM outbox.relay_status()")
+    sql "SELECT count(outbox.enqueue('T', 'exp-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    wait_until 20 "$(all_sent $topic 5)" || fail "events not sent"
+    consume $topic 100 20000 3000 >"$out"
+    load_consumed got_exporter "$out"
+    expect_delivered "events delivered" got_exporter "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
+    wait_until 10 "SELECT sent_total >= $before + 5 FROM outbox.relay_status()" \
+        || fail "sent_total went from $before to $(sql "SELECT sent_total FROM outbox.relay_status()") for 5 events delivered"
 }
