@@ -72,12 +72,15 @@ relay_cpu_ms() {
     awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"
 }
 
-# calm_for PID SECONDS: wait SECONDS; fail if the relay kept a core busy
-# for more than a third of them (a retry loop without a pause).
+# calm_for PID SECONDS TOPIC: for SECONDS, poll that no event of TOPIC is
+# sent or dead or has a failed attempt recorded (the fault is not the
+# events' own); fail if one is, or if the relay kept a core busy for more
+# than a third of the time (a retry loop without a pause).
 calm_for() {
     local before
     before=$(relay_cpu_ms "$1")
-    sleep "$2"
+    holds "$2" "$(held_sql "$3")" \
+        || fail "events of $3 sent/dead/with attempts during the fault: $(held_counts "$3"), want 0/0/0"
     [ $(($(relay_cpu_ms "$1") - before)) -lt $(($2 * 1000 / 3)) ] \
         || fail "the relay used $(($(relay_cpu_ms "$1") - before)) ms of CPU in $2 s"
 }
@@ -89,13 +92,19 @@ enqueue() {
            FROM generate_series(1, $2) i" >/dev/null
 }
 
-# held_back TOPIC: fail if an event of TOPIC is sent or dead, or has a
-# failed attempt recorded (the fault is not the events' own).
-held_back() {
-    expect "events of $1 sent/dead/with attempts during the fault" "$(sql "
-        SELECT count(*) FILTER (WHERE status = 'sent') || '/' || count(*) FILTER (WHERE status = 'dead')
-               || '/' || count(*) FILTER (WHERE attempts > 0)
-          FROM outbox.events WHERE topic = '$1'")" 0/0/0
+# held_sql TOPIC: SQL, true while no event of TOPIC is sent or dead or has
+# a failed attempt recorded.
+held_sql() {
+    echo "SELECT count(*) FILTER (WHERE status IN ('sent', 'dead') OR attempts > 0) = 0
+            FROM outbox.events WHERE topic = '$1'"
+}
+
+# held_counts TOPIC: how many events of TOPIC are sent, dead, with a failed
+# attempt, as "sent/dead/attempts".
+held_counts() {
+    sql "SELECT count(*) FILTER (WHERE status = 'sent') || '/' || count(*) FILTER (WHERE status = 'dead')
+                || '/' || count(*) FILTER (WHERE attempts > 0)
+           FROM outbox.events WHERE topic = '$1'"
 }
 
 # arrive_once TOPIC N [BROKERS]: every one of the N events of TOPIC is
@@ -111,7 +120,8 @@ arrive_once() {
     # All are acknowledged: read until nothing more comes, to see duplicates.
     IT_BROKERS=${3:-$IT_BROKERS} consume "$topic" $((2 * n)) 30000 3000 >"$out"
     expect "messages of $topic in Kafka" "$(wc -l <"$out")" "$n"
-    expect "distinct events of $topic in Kafka" "$(cut -f5 "$out" | cut -d, -f1 | sort -u | wc -l)" "$n"
+    load_consumed got_arrive "$out"
+    expect_delivered "events of $topic in Kafka" got_arrive "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
     [ "${UNORDERED:-0}" = 1 ] ||
         expect "order of $topic" "$(cut -f6 "$out" | tr -d '{}"seq:' | tr '\n' ' ')" "$(seq -s ' ' 1 "$n") "
 }
@@ -148,8 +158,7 @@ t_fault_apiversions() {
     log_shows 'outbox relay: kafka: .*ApiVersionRequest failed: Broker: API version not supported'
     state_is 'broker unreachable'
     status_shows 'ApiVersionRequest failed'
-    calm_for "$pid" 4
-    held_back $topic
+    calm_for "$pid" 4 $topic
     log_at_most 2 'ApiVersionRequest failed'
     mock clear 18
     arrive_once $topic 10 "$MOCK_BROKERS"
@@ -181,8 +190,7 @@ t_fault_metadata() {
     log_shows 'outbox relay: Kafka did not acknowledge the events sent'
     log_shows "The cluster reports for topic \"$topic\": Broker: Leader not available"
     status_shows 'Leader not available'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 1 'Kafka did not acknowledge the events sent'
     mock topic-error $topic 0
     arrive_once $topic 10 "$MOCK_BROKERS"
@@ -236,8 +244,7 @@ t_fault_init_producer_id() {
     log_shows 'Failed to acquire idempotence PID from broker .*: Broker: Coordinator load in progress: retrying'
     log_shows 'Failed to acquire idempotence PID from broker .*: Broker: Coordinator not available: retrying'
     status_shows 'Coordinator not available'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 1 'Coordinator not available'
     mock clear 22
     arrive_once $topic 10 "$MOCK_BROKERS"
@@ -262,8 +269,7 @@ t_fault_init_producer_id_fatal() {
     log_shows 'outbox relay: kafka: the producer had a fatal error: making a new one'
     state_is 'broker unreachable'
     status_shows 'Cluster authorization failed'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 2 'Cluster authorization failed'
     log_at_most 1 'the producer had a fatal error'
     mock clear 22
@@ -299,8 +305,7 @@ t_fault_produce_retriable() {
     log_shows 'outbox relay: Kafka did not acknowledge the events sent'
     wait_until 30 "SELECT last_error_at > '$since' AND last_error IS NOT NULL FROM outbox.relay_status()" \
         || fail "relay_status shows no new error: $(relay_state)"
-    calm_for "$pid" 4
-    held_back $lasting
+    calm_for "$pid" 4 $lasting
     log_at_most 1 'Kafka did not acknowledge the events sent'
     mock clear 0
     arrive_once $lasting 10 "$MOCK_BROKERS"
@@ -365,15 +370,13 @@ t_bad_broker_address() {
     state_is 'broker unreachable'
     expect "broker state" "$(sql "SELECT broker_state FROM outbox.relay_status()")" down
     status_shows 'Connection refused'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 2 'Connection refused'
 
     set_setting outbox.kafka_brokers "no-such-host.invalid:9092"
     log_shows "Failed to resolve 'no-such-host.invalid:9092'"
     status_shows 'Failed to resolve'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 2 'Failed to resolve'
 
     set_setting outbox.kafka_brokers "$IT_BROKERS"
@@ -401,7 +404,8 @@ set_conf_properties() {
 # is made leaves the relay "not configured" until fixed.  No value reaches
 # the log.
 t_bad_kafka_property() {
-    local topic=it.badprop out pid
+    local topic=it.badprop out pid start
+    start=$(log_mark)
     out=$(alter_system "ALTER SYSTEM SET outbox.kafka_properties = 'linger.ms=5;no.such.property=Hidden-Value-1'")
     [[ "$out" == *'ERROR:  22023: invalid value for parameter "outbox.kafka_properties"'* ]] \
         || fail "unknown property: no 22023 error: $out"
@@ -445,13 +449,13 @@ t_bad_kafka_property() {
     state_is 'not configured'
     status_shows 'unusable Kafka settings'
     sql "SELECT outbox.enqueue('T', 'fault-bp-7', '{\"seq\": 7}', topic => '$topic', msg_key => 'k')" >/dev/null
-    sleep 3
-    expect "sent while not configured" "$(sql "SELECT status FROM outbox.events WHERE biz_key = 'fault-bp-7'")" new
+    holds 3 "SELECT status = 'new' FROM outbox.events WHERE biz_key = 'fault-bp-7'" \
+        || fail "sent while not configured: $(sql "SELECT status FROM outbox.events WHERE biz_key = 'fault-bp-7'")"
     log_at_most 1 'could not create the Kafka producer'
     reset_properties
     arrive_once $topic 7
     relay_steady "$pid"
-    ! grep -q 'Hidden-Value' "$CLUSTER_DIR/server.log" || fail "a value of outbox.kafka_properties is in the server log"
+    ! log_since "$start" | grep -q 'Hidden-Value' || fail "a value of outbox.kafka_properties is in the server log"
 }
 
 # SASL/PLAIN with a wrong password: authentication failed, said once,
@@ -468,14 +472,13 @@ t_sasl_bad_password() {
     log_shows 'outbox relay: kafka: .*SASL authentication error: Authentication failed: Invalid username or password'
     state_is 'broker unreachable'
     status_shows 'Authentication failed'
-    calm_for "$pid" 5
-    held_back $topic
+    calm_for "$pid" 5 $topic
     log_at_most 1 'Authentication failed'
     set_setting outbox.kafka_properties "$sasl;sasl.password=$(escape_property "$IT_SASL_PASSWORD")"
     arrive_once $topic 10
     relay_steady "$pid"
     sql "ALTER SYSTEM RESET outbox.kafka_properties"
     set_setting outbox.kafka_brokers "$IT_BROKERS"
-    ! grep -q -e "${IT_SASL_PASSWORD##*;}" -e "$IT_SASL_WRONG" "$CLUSTER_DIR/server.log" \
+    ! log_since "$LOG_MARK" | grep -q -e "${IT_SASL_PASSWORD##*;}" -e "$IT_SASL_WRONG" \
         || fail "a SASL password is in the server log"
 }

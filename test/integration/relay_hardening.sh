@@ -72,6 +72,16 @@ retention_cleared() {
     set_setting outbox.dedup_retention 604800
 }
 
+# setting_applied NAME VALUE: set_setting, then wait until the server has
+# logged the change: it signals the relay right after, which applies it
+# before its next round.
+setting_applied() {
+    local mark
+    mark=$(log_mark)
+    set_setting "$1" "$2"
+    wait_log "$mark" 10 "parameter \"$1\" changed to \"$2\"" || fail "the change of $1 to $2 was not logged"
+}
+
 # stream_events TOPIC PREFIX N: N events, one every half second; their ids
 # on stdout, comma-separated.
 stream_events() {
@@ -178,8 +188,7 @@ t_batch_size_reload() {
     mock create $topic 1
     pid=$(relay_pid)
     LOG_MARK=$(log_mark)
-    set_setting outbox.batch_size 100
-    sleep 1    # the relay applies a reload between rounds, poll_interval apart
+    setting_applied outbox.batch_size 100
     mock rtt 1500
     sql "SELECT count(outbox.enqueue('T', 'bsr-' || i, jsonb_build_object('seq', i), topic => '$topic', msg_key => 'k'))
            FROM generate_series(1, 1000) i" >/dev/null
@@ -296,8 +305,7 @@ t_retry_jitter() {
     local topic=mock.jitter
     mock create $topic 1
     set_setting outbox.backoff_min 5000
-    set_setting outbox.backoff_max 60000
-    sleep 1    # the relay applies a reload between rounds, poll_interval apart
+    setting_applied outbox.backoff_max 60000
     mock request-errors 0 1 10
     sql "SELECT count(outbox.enqueue('T', 'jit-' || i, '{}', topic => '$topic', msg_key => 'j' || i)) FROM generate_series(1, 20) i" >/dev/null
     wait_until 20 "SELECT count(*) >= 10 FROM outbox.events WHERE topic = '$topic' AND attempts = 1" \

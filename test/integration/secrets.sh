@@ -38,11 +38,9 @@ leaks() {
 idle_activity() {
     (echo "ALTER SYSTEM SET outbox.kafka_properties = 'sasl.password=$1';"; sleep 5) |
         PGAPPNAME=secrets-idle "$PGBIN/psql" -X -q -d "$IT_DB" >/dev/null 2>&1 &
-    local session=$! deadline=$((SECONDS + 4))
-    until [ "$(sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'secrets-idle' AND state = 'idle'")" = 1 ] ||
-        [ $SECONDS -ge $deadline ]; do
-        sleep 0.1
-    done
+    local session=$!
+    wait_until 4 "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'secrets-idle' AND state = 'idle'" \
+        || { fail "pg_stat_activity: the session that set the secret was not seen idle"; } >&2
     "$PGBIN/psql" -X -q -At -U secrets_monitor -d "$IT_DB" \
         -c "SELECT query FROM pg_stat_activity WHERE application_name = 'secrets-idle'"
     wait "$session"
