@@ -254,6 +254,12 @@ t_promotion() {
 t_stats_broker_down() {
     local topic=it.stats out=$IT_TMP/stats.tsv mark
     set_setting outbox.alert_delay 2
+    # The topic exists before the outage: events of a topic the producer has
+    # no metadata for die of "Local: Unknown topic" if the broker stays down
+    # longer than topic.metadata.propagation.max.ms (30 s), which is not what
+    # this case is about (reported separately).
+    sql "SELECT outbox.enqueue('T', 'st-0', '{}', topic => '$topic')" >/dev/null
+    wait_until 20 "$(all_sent $topic 1)" || fail "the first event was not sent"
     kafka_kill
     mark=$(log_mark)
     sql "SELECT count(outbox.enqueue('T', 'st-' || i, '{}', topic => '$topic')) FROM generate_series(1, 50) i" >/dev/null
@@ -269,7 +275,7 @@ t_stats_broker_down() {
     consume $topic 1000 60000 3000 >"$out"
     load_consumed got_stats "$out"
     expect_delivered "events delivered after the outage" got_stats "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
-    expect "sent in the last minute, at least" "$(sql "SELECT sent_last_minute >= 50 FROM outbox.stats")" t
+    expect "sent in the last minute, at least 50" "$(sql "SELECT sent_last_minute >= 50 FROM outbox.stats")" t
     expect "relay after recovery" "$(sql "SELECT broker_state || ' ' || (last_batch_at > now() - interval '1 minute') FROM outbox.relay_status()")" "up true"
     wait_log "$mark" 20 'LOG:  outbox backlog recovered' || fail "no recovery line in the log"
     set_setting outbox.alert_delay 60
