@@ -119,3 +119,40 @@ run_case() {
         echo "not ok $IT_N - $1"
     fi
 }
+
+# The runner sources faults.sh and launcher_cases.sh after this file, and
+# they define log_mark, log_since and wait_log again with other arguments
+# (a global mark; SECONDS first), so the three above are not what a case
+# calls.  These names are not redefined.
+# log_offset: the server log's current size, a mark for log_after.
+log_offset() {
+    stat -c %s "$CLUSTER_DIR/server.log"
+}
+
+# log_after MARK: the server log written since MARK (see log_offset).
+log_after() {
+    tail -c +"$(($1 + 1))" "$CLUSTER_DIR/server.log"
+}
+
+# wait_log_after MARK SECONDS PATTERN: poll until the log since MARK matches
+# the extended regular expression PATTERN; false on timeout.
+wait_log_after() {
+    local deadline=$((SECONDS + $2))
+    while [ $SECONDS -lt $deadline ]; do
+        log_after "$1" | grep -q -E -- "$3" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# holds SECONDS SQL [RUNNER]: poll SQL (with RUNNER, default sql) for
+# SECONDS; false as soon as it is not t.  A "nothing happens" check held
+# over an interval rather than seen at one instant.
+holds() {
+    local deadline=$((SECONDS + $1)) runner=${3:-sql}
+    while [ $SECONDS -lt $deadline ]; do
+        [ "$("$runner" "$2" 2>/dev/null)" = t ] || return 1
+        sleep 0.2
+    done
+    return 0
+}
