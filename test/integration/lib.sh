@@ -120,14 +120,14 @@ run_case() {
     fi
 }
 
-# holds SECONDS SQL: poll SQL for at least SECONDS (whole seconds); false
-# as soon as it does not return t (a "nothing happens" check that holds
-# over an interval, not at one instant).
+# holds SECONDS SQL [RUNNER]: poll SQL (with RUNNER, default sql) for at
+# least SECONDS (whole seconds); false as soon as it does not return t (a
+# "nothing happens" check that holds over an interval, not at one instant).
 holds() {
-    local end=$((${EPOCHREALTIME/./} / 1000 + $1 * 1000))
+    local end=$((${EPOCHREALTIME/./} / 1000 + $1 * 1000)) runner=${3:-sql}
     while [ $((${EPOCHREALTIME/./} / 1000)) -lt $end ]; do
-        [ "$(sql "$2" 2>/dev/null)" = t ] || return 1
+        [ "$("$runner" "$2" 2>/dev/null)" = t ] || return 1
         sleep 0.1
     done
-    [ "$(sql "$2" 2>/dev/null)" = t ]
+    [ "$("$runner" "$2" 2>/dev/null)" = t ]
 }
