@@ -246,11 +246,11 @@ t_consumer_killed() {
     wait "$CONSUMER_PID" 2>/dev/null
     echo "inventory: SIGKILLed" >>"$W/inventory.log"
     chaos_start_consumer
-    inventory_wait 90 "SELECT EXISTS (SELECT 1 FROM reservations WHERE applied_at > '$killed_at')" \
-        || fail "the restarted consumer applied no event in 90 s"
-    inventory_wait 90 "SELECT EXISTS (SELECT 1 FROM refusals f JOIN reservations r USING (event_id)
+    inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM reservations WHERE applied_at > '$killed_at')" \
+        || fail "the restarted consumer applied no event in 120 s"
+    inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM refusals f JOIN reservations r USING (event_id)
                                        WHERE f.refused_at > '$killed_at' AND r.applied_at < '$killed_at')" \
-        || fail "no redelivery of an event applied before the kill was refused by the claim after it"
+        || fail "no redelivery of an event applied before the kill was refused by the claim in 120 s"
     kill -0 "$CONSUMER_PID" 2>/dev/null || fail "the restarted consumer exited"
 }
 
