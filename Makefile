@@ -32,6 +32,15 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
+# PGXS does not track header dependencies: without this a header change
+# leaves stale objects (once a false crash).  outbox.control gives
+# OUTBOX_VERSION.
+$(OBJS): $(wildcard src/*.h) outbox.control
+
+# A variable's value, for test/run: make -s print-REGRESS.
+print-%:
+	@echo '$($*)'
+
 .PHONY: test demo chaos fuzz bench bench-retention bench-enqueue format format-check tools
 
 test:

@@ -5,6 +5,17 @@
 SERVER_BIN=${CLUSTER_INSTALL:-}$PG_BINDIR
 WRITER_PIDS=()
 CONSUMER_PID=
+LOCKER_PID=
+# Relay crashes the run made (SIGKILL, immediate stop, failover): each may
+# leave one acknowledged but unrecorded batch to be sent again, so the
+# README's bound on duplicates is CRASHES x outbox.batch_size.
+CRASHES=0
+# "L H K" per relay killed between Kafka's acknowledgement and its record:
+# the cursor's window_last_id and window_max_id at the kill, and the kill's
+# number in chaos_recorded (the window's events recorded before it).  The
+# events just after L were in Kafka and must arrive again; those recorded
+# must not.
+UNRECORDED=()
 
 # node_ctl DATA PORT ARGS...: pg_ctl on one node of the pair.
 node_ctl() {
@@ -84,11 +95,16 @@ t_standby_in_sync() {
     expect "outbox workers on the standby" "$(on_standby "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'outbox%'")" 0
 }
 
-# The broker killed, down for seconds, started again on its data.
+# The broker killed, down for seconds, started again on its data; the
+# relay goes on sending.
 t_broker_down() {
+    local sent
     kafka_kill
     sleep 3
-    kafka_start || fail "broker did not restart"
+    sent=$(sql "SELECT count(*) FROM outbox.events WHERE status = 'sent'")
+    kafka_start || { fail "broker did not restart"; return; }
+    wait_until 60 "SELECT count(*) > $sent FROM outbox.events WHERE status = 'sent'" \
+        || fail "the relay sent nothing in 60 s after the broker's restart"
 }
 
 # Produce errors: with max.message.bytes below any event's size the broker
@@ -113,23 +129,146 @@ t_relay_killed() {
     local pid
     pid=$(relay_pid)
     [ -n "$pid" ] || { fail "no relay running"; return; }
-    kill -KILL "$pid"
+    kill -KILL "$pid" && CRASHES=$((CRASHES + 1))
     wait_until 60 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid" \
         || fail "the relay did not come back"
 }
 
+# The relay SIGKILLed in the window the README names, after Kafka
+# acknowledged a batch and before the relay recorded it, in the middle of
+# a window of several batches: a pause first piles up a backlog of 2.5
+# batches, so after the resume a batch of the window is recorded when the
+# next is in flight.  A session holds the cursor row, so the relay's
+# record waits (up to its 5 s lock_timeout) while the batch is in Kafka.
+# This crash certainly makes duplicates (so the dedupe checks cannot pass
+# for want of any), and t_outcome checks which: the batch in flight comes
+# again, the batches recorded before it do not.
+t_relay_killed_unrecorded() {
+    local try pid batch cursor recorded kill=$((${#UNRECORDED[@]} + 1))
+    batch=$(sql "SHOW outbox.batch_size")
+    for try in 1 2 3; do
+        pid=$(relay_pid)
+        [ -n "$pid" ] || { fail "no relay running"; return; }
+        sql "SELECT outbox.pause()" >/dev/null
+        wait_until 120 "SELECT backlog >= $batch * 5 / 2 FROM outbox.stats" \
+            || { sql "SELECT outbox.resume()" >/dev/null; fail "no backlog of 2.5 batches in 120 s"; return; }
+        sql "SELECT outbox.resume()" >/dev/null
+        if cursor_locker_start "$pid" && wait_relay_blocked "$pid" "recording deliveries%" 35 \
+            && [ "$(sql "SELECT count(*) FILTER (WHERE id <= last) > 0 AND count(*) FILTER (WHERE id > last) > 0
+                          FROM ($WINDOW_SQL) w")" = t ]; then
+            sql "INSERT INTO chaos_recorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE id <= last"
+            cursor=$(sql "SELECT window_last_id || ' ' || window_max_id FROM outbox.relay_cursor")
+            recorded=$(sql "SELECT count(*) FROM chaos_recorded WHERE kill = $kill")
+            kill -KILL "$pid" && CRASHES=$((CRASHES + 1))
+            UNRECORDED+=("$cursor $kill")
+            cursor_locker_stop
+            echo "#   killed before recording the batch after event ${cursor% *}, $recorded events of its window recorded (try $try)"
+            wait_until 60 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid" \
+                || fail "the relay did not come back"
+            return
+        fi
+        cursor_locker_stop
+    done
+    fail "the relay was never caught between sending and recording a batch mid-window in 3 tries"
+}
+
+# The open window's events, each with the cursor's window_last_id.
+WINDOW_SQL="SELECT l.id, c.window_last_id AS last FROM outbox.event_log l, outbox.relay_cursor c
+             WHERE c.window_snapshot IS NOT NULL AND l.id <= c.window_max_id
+               AND l.tx >= pg_snapshot_xmin(c.done_snapshot)
+               AND pg_visible_in_snapshot(l.tx, c.window_snapshot)
+               AND NOT pg_visible_in_snapshot(l.tx, c.done_snapshot)"
+
+# cursor_locker_start PID: a session that waits (up to 30 s) until relay
+# PID sends a batch of a window of which a batch is already recorded, then
+# locks outbox.relay_cursor's row, so that the relay waits to record it.
+# It polls in the server, every few milliseconds: a client would often
+# come too late.
+cursor_locker_start() {
+    PGAPPNAME=chaos-lock "$PGBIN/psql" -X -q -d shop -v ON_ERROR_STOP=1 >>"$W/locker.log" 2>&1 <<SQL &
+DO \$\$
+DECLARE
+    deadline timestamptz := clock_timestamp() + interval '30 s';
+BEGIN
+    LOOP
+        PERFORM pg_stat_clear_snapshot();
+        IF (SELECT query = 'waiting for Kafka acknowledgements' FROM pg_stat_activity WHERE pid = $1) THEN
+            EXIT WHEN EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE id <= last);
+        END IF;
+        IF clock_timestamp() > deadline THEN
+            RAISE EXCEPTION 'the relay sent no batch mid-window in 30 s';
+        END IF;
+        PERFORM pg_sleep(0.002);
+    END LOOP;
+    PERFORM 1 FROM outbox.relay_cursor FOR UPDATE;
+    PERFORM pg_sleep(20);
+END
+\$\$;
+SQL
+    LOCKER_PID=$!
+}
+
+# cursor_locker_stop: end the locking session (if the crash has not).
+cursor_locker_stop() {
+    [ -n "${LOCKER_PID:-}" ] || return 0
+    sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'chaos-lock'" \
+        >/dev/null 2>&1
+    kill -TERM "$LOCKER_PID" 2>/dev/null
+    wait "$LOCKER_PID" 2>/dev/null
+    LOCKER_PID=
+}
+
+# wait_relay_blocked PID ACTIVITY SECONDS: whether relay PID waits for a
+# lock within SECONDS in a step whose activity is LIKE ACTIVITY (false at
+# once if it waits in another step).
+wait_relay_blocked() {
+    local deadline=$((SECONDS + $3)) blocked
+    while [ $SECONDS -lt $deadline ]; do
+        blocked=$(sql "SELECT CASE WHEN wait_event_type = 'Lock' THEN query LIKE '$2' END
+                         FROM pg_stat_activity WHERE pid = $1")
+        case $blocked in
+            t) return 0 ;;
+            f) echo "#   the relay waited for a lock in another step"; return 1 ;;
+        esac
+        sleep 0.05
+    done
+    echo "#   the relay was not seen waiting for the cursor lock in $3 s"
+    return 1
+}
+
 # The consumer SIGKILLed (offsets of the last second not committed) and
-# started again: it gets those messages again.
+# started again: it must go on applying new events, and get the messages
+# it had applied but not committed again, which the claim refuses.
 t_consumer_killed() {
+    local killed_at
+    killed_at=$(inventory "SELECT clock_timestamp()")
     kill -KILL "$CONSUMER_PID"
     wait "$CONSUMER_PID" 2>/dev/null
     echo "inventory: SIGKILLed" >>"$W/inventory.log"
     chaos_start_consumer
+    inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM reservations WHERE applied_at > '$killed_at')" \
+        || fail "the restarted consumer applied no event in 120 s"
+    inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM refusals f JOIN reservations r USING (event_id)
+                                       WHERE f.refused_at > '$killed_at' AND r.applied_at < '$killed_at')" \
+        || fail "no redelivery of an event applied before the kill was refused by the claim in 120 s"
+    kill -0 "$CONSUMER_PID" 2>/dev/null || fail "the restarted consumer exited"
+}
+
+# inventory_wait SECONDS SQL: poll the consumer's database until SQL
+# returns t; false on timeout.
+inventory_wait() {
+    local deadline=$((SECONDS + $1))
+    while [ $SECONDS -lt $deadline ]; do
+        [ "$(inventory "$2" 2>/dev/null)" = t ] && return 0
+        sleep 0.2
+    done
+    return 1
 }
 
 # pg_ctl stop -m immediate on the primary, then start.
 t_immediate_stop() {
     node_ctl "$PRIMARY_DATA" "$PRIMARY_PORT" -m immediate stop >/dev/null || fail "immediate stop failed"
+    CRASHES=$((CRASHES + 1))
     node_ctl "$PRIMARY_DATA" "$PRIMARY_PORT" -w -t 60 start >/dev/null || fail "primary did not start again"
     wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
         || fail "no relay after the restart"
@@ -139,6 +278,7 @@ t_immediate_stop() {
 # conninfo lists both nodes) and its relay sends what was left.
 t_failover() {
     node_ctl "$PRIMARY_DATA" "$PRIMARY_PORT" -m immediate stop >/dev/null || fail "could not kill the primary"
+    CRASHES=$((CRASHES + 1))
     node_ctl "$STANDBY_DATA" "$STANDBY_PORT" -w promote >/dev/null || { fail "promotion failed"; return; }
     local data=$PRIMARY_DATA port=$PRIMARY_PORT
     PRIMARY_DATA=$STANDBY_DATA PRIMARY_PORT=$STANDBY_PORT
@@ -148,14 +288,15 @@ t_failover() {
     sql "ALTER SYSTEM RESET synchronous_standby_names" && sql "SELECT pg_reload_conf()" >/dev/null
     wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
         || fail "no relay on the promoted standby"
-    local n
+    local n deadline=$((SECONDS + 30))
     n=$(acked)
-    sleep 2
-    [ "$(acked)" -gt "$n" ] || fail "writers made no progress on the new primary"
+    until [ "$(acked)" -gt "$n" ] || [ $SECONDS -ge $deadline ]; do sleep 0.2; done
+    [ "$(acked)" -gt "$n" ] || fail "writers made no progress on the new primary in 30 s"
 }
 
 # After the writers stop: the relay sends everything, no event is dead,
-# and the consumer has applied every committed event.
+# and the consumer has applied every committed event.  It goes on running
+# until t_outcome has seen it refuse every duplicate in Kafka.
 t_drained() {
     local start=$SECONDS
     wait_until 120 "SELECT backlog = 0 AND dead = 0 FROM outbox.stats" \
@@ -166,7 +307,6 @@ t_drained() {
     local deadline=$((SECONDS + 120))
     until [ "$(inventory "SELECT count(DISTINCT event_id) FROM reservations")" -ge "$committed" ] \
         || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
-    chaos_stop_consumer
 }
 
 # inventory SQL: run SQL in the consumer's database.
@@ -209,7 +349,8 @@ t_outcome() {
     must_be_0 "rolled back, in the database" "SELECT count(*) FROM outbox.event_log WHERE biz_key LIKE 'rb-%'"
     must_be_0 "delivered, never committed" "SELECT count(*) FROM chaos_delivered d
         WHERE NOT EXISTS (SELECT 1 FROM chaos_committed c WHERE c.ref = d.ref)"
-    report "duplicates delivered" "$(sql "SELECT count(*) - count(DISTINCT ref) FROM chaos_delivered")"
+    check_duplicates
+    check_refusals
     must_be_0 "duplicates applied" "SELECT count(*) - count(DISTINCT event_id) FROM chaos_applied"
     must_be_0 "committed, not applied" "SELECT count(*) FROM chaos_committed c
         WHERE NOT EXISTS (SELECT 1 FROM chaos_applied a WHERE a.event_id = c.id)"
@@ -229,6 +370,65 @@ t_outcome() {
              sum["committed"], sum["rolled_back"], sum["retried"], sum["retry_mismatches"], sum["unknown_outcomes"], sum["reconnects"]}'
     grep '^inventory' "$W/inventory.log" | sed 's/^/#   /'
     ! grep -q 'got event' "$W"/writer.*.log || fail "a retry with the same biz key got another event id"
+}
+
+# check_duplicates: duplicates in Kafka occurred (a run without them
+# proves nothing of the dedupe), and stay within the README's bound, at
+# most one batch per crash; every batch the relay was killed before
+# recording arrived again.
+check_duplicates() {
+    local dups batch starts range last max kill
+    dups=$(sql "SELECT count(*) - count(DISTINCT ref) FROM chaos_delivered")
+    batch=$(sql "SHOW outbox.batch_size")
+    starts=$(cat "$CLUSTER_DIR"/node-*.log | grep -c 'outbox relay started' || true)
+    report "relay crashes made (relay starts seen)" "$CRASHES ($starts)"
+    report "duplicates delivered (bound: crashes x $batch)" "$dups ($((CRASHES * batch)))"
+    [ "$dups" -gt 0 ] || fail "no duplicate delivered: the dedupe checks proved nothing"
+    [ "$dups" -le $((CRASHES * batch)) ] \
+        || fail "duplicates delivered: $dups, more than one batch of $batch per crash ($CRASHES crashes)"
+    for range in "${UNRECORDED[@]}"; do
+        read -r last max kill <<<"$range"
+        [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM chaos_delivered WHERE event_id > $last
+                   AND event_id <= $max GROUP BY 1 HAVING count(*) > 1) d")" -gt 0 ] \
+            || fail "the batch after event $last, acknowledged but not recorded, did not arrive twice"
+        must_be_0 "recorded before the crash after $last, sent again" "SELECT count(*) FROM chaos_recorded r
+            JOIN (SELECT event_id FROM chaos_delivered GROUP BY 1 HAVING count(*) > 1) d ON d.event_id = r.id
+            WHERE r.kill = $kill"
+    done
+}
+
+# check_refusals: the consumer refused redeliveries, each of an event it
+# had applied, and refused every extra copy in Kafka; it may take a while
+# to read the last ones.
+check_refusals() {
+    sql "CREATE TABLE chaos_refused (event_id bigint, refused_at timestamptz)"
+    local deadline=$((SECONDS + 60))
+    until load_refusals && [ "$(sql "SELECT count(*) FROM chaos_unrefused")" = 0 ] \
+        || [ $SECONDS -ge $deadline ]; do
+        sleep 1
+    done
+    chaos_stop_consumer
+    load_refusals
+    sql "TRUNCATE chaos_applied"
+    inventory "\\copy reservations TO STDOUT" | "$PGBIN/psql" -X -q -d shop -c "\\copy chaos_applied FROM STDIN"
+    report "redeliveries refused by the claim" "$(sql "SELECT count(*) FROM chaos_refused")"
+    [ "$(sql "SELECT count(*) FROM chaos_refused")" -gt 0 ] \
+        || fail "the claim refused no redelivery: the dedupe checks proved nothing"
+    must_be_0 "duplicates in Kafka the claim did not refuse" "SELECT count(*) FROM chaos_unrefused"
+    must_be_0 "refused, never applied" "SELECT count(*) FROM chaos_refused f
+        WHERE NOT EXISTS (SELECT 1 FROM chaos_applied a WHERE a.event_id = f.event_id)"
+}
+
+# load_refusals: the consumer's refusals so far into chaos_refused, and
+# chaos_unrefused, the events with more extra copies in Kafka than
+# refusals.
+load_refusals() {
+    sql "TRUNCATE chaos_refused"
+    inventory "\\copy refusals TO STDOUT" | "$PGBIN/psql" -X -q -d shop -c "\\copy chaos_refused FROM STDIN"
+    sql "CREATE OR REPLACE VIEW chaos_unrefused AS
+           SELECT event_id FROM (SELECT event_id, count(*) AS copies FROM chaos_delivered GROUP BY 1) k
+             LEFT JOIN (SELECT event_id, count(*) AS refused FROM chaos_refused GROUP BY 1) f USING (event_id)
+            WHERE k.copies - 1 > coalesce(f.refused, 0)"
 }
 
 # report NAME VALUE: one line of the figures.

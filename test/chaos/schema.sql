@@ -44,7 +44,15 @@ CREATE TABLE reservations (
     sku        text   NOT NULL,
     qty        int    NOT NULL,
     seq        int    NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- Every redelivery the claim refused, written in the refusing transaction:
+-- unlike the consumer's own counters it survives the consumer's SIGKILL,
+-- so the suite can check that redeliveries happened and were refused.
+CREATE TABLE refusals (
+    event_id   bigint NOT NULL,
+    refused_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
 CREATE TABLE stock (
@@ -57,6 +65,7 @@ CREATE FUNCTION reserve(event_id bigint, biz_type text, biz_key text, payload js
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT outbox.claim('inventory', event_id, biz_type, biz_key) THEN
+        INSERT INTO refusals (event_id) VALUES (event_id);
         RETURN false;
     END IF;
     INSERT INTO reservations (event_id, order_ref, sku, qty, seq)
