@@ -70,6 +70,7 @@ t_per_key_order() {
     wait "${pids[@]}"
     consume $topic 400 >"$out" || fail "not all 400 events arrived"
     load_consumed got_order "$out"
+    expect_delivered "events delivered" got_order "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
     expect "order violations" "$(sql "SELECT count(*) FROM (
         SELECT (value::jsonb->>'seq')::int - lag((value::jsonb->>'seq')::int) OVER (PARTITION BY key ORDER BY part, off) AS step
           FROM got_order) s WHERE step <> 1")" 0
@@ -324,10 +325,12 @@ t_drop_extension() {
     sql "CREATE DATABASE outbox_other" && timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE outbox_other" \
         || fail "DROP DATABASE of another database failed or hung"
     timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP EXTENSION outbox CASCADE" || fail "DROP EXTENSION failed or hung"
-    sleep 1
     sql "CREATE EXTENSION outbox"
     sql "SELECT outbox.enqueue('T', 'after-recreate', '{}', topic => '$topic')" >/dev/null
     consume $topic 1 20000 >"$out" || fail "no delivery after the extension was created again"
+    load_consumed got_drop "$out"
+    expect_delivered "events delivered after the extension was created again" got_drop \
+        "SELECT id FROM outbox.event_log WHERE biz_key = 'after-recreate'"
 }
 
 # DROP DATABASE of the database the relay serves is not refused because
