@@ -41,7 +41,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo chaos fuzz bench bench-retention bench-enqueue format format-check tools
+.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue format format-check tools
 
 test:
 	test/run
@@ -56,6 +56,12 @@ chaos:
 # The fuzz run of enqueue and claim, long version (make test runs 3,000 cases).
 fuzz:
 	FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
+
+# The mutation check: plausible bugs applied one at a time to a copy of
+# the source, each caught by the checks it names (test/mutations/run;
+# too slow for make test).  MUTATIONS="name ..." runs only those.
+mutations:
+	test/mutations/run $(MUTATIONS)
 
 bench:
 	bench/run
