@@ -59,9 +59,17 @@ SELECT paused FROM outbox.relay_control;
 -- dead ones stay.
 DELETE FROM outbox.event_state;
 SELECT count(outbox.enqueue('Old', 'old-' || i, '{}', topic => 'ops')) FROM generate_series(1, 5) i;
+SELECT count(outbox.enqueue('Unsent', 'unsent-early', '{}', topic => 'ops'));
 SELECT count(outbox.enqueue('Recent', 'recent-' || i, '{}', topic => 'ops')) FROM generate_series(1, 2) i;
-UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_type IN ('Old', 'OrderCreated');
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours'
+ WHERE biz_type IN ('Old', 'OrderCreated') OR biz_key = 'unsent-early';
 SELECT pg_temp.mark_all_sent();
+-- unsent-early's transaction was still open when the relay last looked (a
+-- long transaction): old, below every young id, so only the relay's
+-- progress keeps it from the purge.
+UPDATE outbox.relay_cursor c
+   SET done_snapshot = (l.tx || ':' || pg_snapshot_xmax(c.done_snapshot) || ':' || l.tx)::pg_snapshot
+  FROM outbox.event_log l WHERE l.biz_key = 'unsent-early';
 INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'dead', 10 FROM outbox.event_log WHERE biz_key = 'old-1';
 INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'new', 1 FROM outbox.event_log WHERE biz_key = 'old-2';
 INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'sent', 1 FROM outbox.event_log WHERE biz_key = 'old-3';

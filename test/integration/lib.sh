@@ -110,7 +110,11 @@ run_case() {
     IT_CASE_FAILED=0
     IT_N=$((IT_N + 1))
     local start=$SECONDS
-    "t_$1"
+    if declare -F "t_$1" >/dev/null; then
+        "t_$1"
+    else
+        fail "no function t_$1"
+    fi
     if [ "$IT_CASE_FAILED" -eq 0 ]; then
         IT_PASSED=$((IT_PASSED + 1))
         echo "ok $IT_N - $1 ($((SECONDS - start)) s)"
