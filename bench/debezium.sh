@@ -35,7 +35,7 @@
 DEBEZIUM_POM=${DEBEZIUM_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debezium/pom.xml}
 DEBEZIUM_POLL_MS=${DEBEZIUM_POLL_MS:-10}
 DEBEZIUM_LATENCY=${DEBEZIUM_LATENCY:-poll.interval.ms=$DEBEZIUM_POLL_MS}
-DEBEZIUM_DRAIN=${DEBEZIUM_DRAIN:-max.batch.size=20000 max.queue.size=80000 poll.interval.ms=$DEBEZIUM_POLL_MS}
+DEBEZIUM_DRAIN=${DEBEZIUM_DRAIN:-max.batch.size=20000 max.queue.size=80000 poll.interval.ms=100 producer.override.linger.ms=20}
 DEBEZIUM_JAVA=${DEBEZIUM_JAVA:-java}
 DEBEZIUM_CONNECT_VERSION=${DEBEZIUM_CONNECT_VERSION:-4.3.0}
 DEBEZIUM_VERSION=${DEBEZIUM_VERSION:-3.6.1.Final}
