@@ -9,21 +9,33 @@
 # Source it (after test/kafka/broker.sh), then:
 #   debezium_schema | psql -d DB     the outbox table, publication and slot
 #   debezium_setup DIR PGPORT DB     configure a worker and the connector
-#   debezium_start                   start the worker and create the connector
+#   debezium_start [SETTINGS]        start the worker and create the connector
+#   debezium_configure SETTINGS      the connector's settings for the next
+#                                    measure (kept stopped if it was)
 #   debezium_connector_stop / _pause / _resume
 #                                    shut its task down / hold it / run it again
 #   debezium_stop                    stop the worker (SIGKILL) and remove DIR
 #
-# Settings (environment): DEBEZIUM_POLL_MS, the connector's poll.interval.ms
-# (the longest it waits for more changes before it hands a batch on; the
-# connector's default is 500 ms, which adds up to half a second or more to
-# every event's latency; 10 is what a team tuning for latency sets).
+# Two tunings, one per measure, each what a team tuning Debezium for that
+# measure sets (SETTINGS: connector properties NAME=VALUE, space separated,
+# on top of the common ones; producer.override.* reach the task's producer,
+# which the worker allows):
+#   DEBEZIUM_LATENCY, for commit-to-consumer latency: poll.interval.ms =
+#     DEBEZIUM_POLL_MS (10; the connector's default 500 adds up to half a
+#     second or more to every event), the default max.batch.size (2048) and
+#     max.queue.size (8192).
+#   DEBEZIUM_DRAIN, for the backlog drain: larger batches and queue and a
+#     producer that batches longer.  The values are the best of the trials
+#     bench/run's DEBEZIUM_TRIALS measures (see bench/run's header for the
+#     figures).
 # DEBEZIUM_JAVA: the java binary (java 17 or newer).  DEBEZIUM_VERSION
 # (3.6.1.Final) and DEBEZIUM_CONNECT_VERSION (4.3.0, the Kafka version that
 # Debezium release is built against; see bench/debezium/pom.xml).
 
 DEBEZIUM_POM=${DEBEZIUM_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debezium/pom.xml}
 DEBEZIUM_POLL_MS=${DEBEZIUM_POLL_MS:-10}
+DEBEZIUM_LATENCY=${DEBEZIUM_LATENCY:-poll.interval.ms=$DEBEZIUM_POLL_MS}
+DEBEZIUM_DRAIN=${DEBEZIUM_DRAIN:-max.batch.size=20000 max.queue.size=80000 poll.interval.ms=100 producer.override.linger.ms=20}
 DEBEZIUM_JAVA=${DEBEZIUM_JAVA:-java}
 DEBEZIUM_CONNECT_VERSION=${DEBEZIUM_CONNECT_VERSION:-4.3.0}
 DEBEZIUM_VERSION=${DEBEZIUM_VERSION:-3.6.1.Final}
@@ -90,12 +102,13 @@ producer.enable.idempotence=true
 producer.max.in.flight.requests.per.connection=5
 producer.linger.ms=5
 producer.batch.size=1000000
+connector.client.config.override.policy=All
 ${DEBEZIUM_WORKER_EXTRA:-}
 CONF
     # The connector: pgoutput through an existing slot and publication, no
     # snapshot, and the outbox event router: the topic from aggregatetype,
     # the key from aggregateid, the value from payload, the event's id and
-    # type as headers.
+    # type as headers.  Its tuning is debezium_configure's.
     cat >"$DEBEZIUM_DIR/connector.json" <<CONF
 {
   "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -112,7 +125,6 @@ CONF
   "publication.autocreate.mode": "disabled",
   "table.include.list": "public.dbz_outbox",
   "snapshot.mode": "no_data",
-  "poll.interval.ms": "$DEBEZIUM_POLL_MS",
   "extended.headers.enabled": "false",
 ${DEBEZIUM_CONNECTOR_EXTRA:-}
   "transforms": "outbox",
@@ -172,8 +184,35 @@ debezium_start() {
         tail -n 30 "$DEBEZIUM_DIR/connect.log" >&2
         return 1
     fi
-    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/config" "$(cat "$DEBEZIUM_DIR/connector.json")" >/dev/null || return 1
+    debezium_configure "${1:-$DEBEZIUM_LATENCY}" || return 1
     debezium_wait "RUNNING RUNNING"
+}
+
+# debezium_configure SETTINGS: give the connector the common settings plus
+# SETTINGS (NAME=VALUE ...), unless it has them already.  Connect restarts a
+# running connector on a new configuration; a stopped one stays stopped.
+debezium_configure() {
+    [ "${DEBEZIUM_SETTINGS-unset}" = "$1" ] && return 0
+    local config
+    config=$(printf '%s\n' $1 | jq -R -s --slurpfile base "$DEBEZIUM_DIR/connector.json" \
+        '[split("\n")[] | select(length > 0) | capture("^(?<key>[^=]+)=(?<value>.*)$")] |
+         $base[0] + from_entries') || return 1
+    debezium_rest PUT "/connectors/$DEBEZIUM_NAME/config" "$config" >/dev/null || return 1
+    # Read back: a figure is only labelled with a tuning Connect holds.
+    local kv
+    for kv in $1; do
+        [ "$(debezium_config_now "${kv%%=*}")" = "${kv#*=}" ] || {
+            echo "debezium: Connect does not hold ${kv%%=*}=${kv#*=}" >&2
+            return 1
+        }
+    done
+    DEBEZIUM_SETTINGS=$1
+}
+
+# debezium_config_now KEY: the connector's current value of KEY, as Connect
+# holds it (empty if unset: the connector's default).
+debezium_config_now() {
+    debezium_rest GET "/connectors/$DEBEZIUM_NAME/config" | jq -r --arg k "$1" '.[$k] // empty'
 }
 
 # debezium_connector_stop: shut the connector's task down (it keeps its

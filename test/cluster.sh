@@ -6,6 +6,12 @@
 # written to the system's PostgreSQL directories.  PostgreSQL refuses to run
 # as root: under root the server runs as the unprivileged user "postgres".
 # After cluster_start, PGHOST, PGPORT and PGUSER point clients at it.
+#
+# The tests' server runs with fsync = off: they check behaviour, not speed,
+# and none survives an OS crash.  CLUSTER_DURABLE=1 (set before
+# cluster_create) is the opt-in for the benchmarks: a server as durable as
+# a user's, fsync, synchronous_commit and full_page_writes on and the
+# default wal_sync_method.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 PG_BINDIR=$("$PG_CONFIG" --bindir)
@@ -50,14 +56,18 @@ cluster_create() {
     cp -rs "$sharedir/." "$CLUSTER_INSTALL$sharedir/"
     make -s install DESTDIR="$CLUSTER_INSTALL" >/dev/null
 
+    # A durable cluster also has its initial files synced, as initdb does
+    # by default.
+    local fsync=off nosync=--no-sync
+    if [ "${CLUSTER_DURABLE:-0}" = 1 ]; then fsync=on nosync=; fi
     cluster_run mkdir "$CLUSTER_DATA"
     cluster_run "$CLUSTER_INSTALL$PG_BINDIR/initdb" -D "$CLUSTER_DATA" -U postgres \
-        --auth=trust --encoding=UTF8 --locale=C --no-sync >"$CLUSTER_DIR/initdb.log"
+        --auth=trust --encoding=UTF8 --locale=C $nosync >"$CLUSTER_DIR/initdb.log"
     cat >>"$CLUSTER_DATA/postgresql.conf" <<CONF
 listen_addresses = ''
 unix_socket_directories = '$CLUSTER_DIR'
 port = 5432
-fsync = off
+fsync = $fsync
 max_connections = 40
 log_line_prefix = '%m [%p] %q%a '
 CONF
