@@ -232,11 +232,13 @@ t_kafka_reload_in_wait() {
 # retried against a broker 2 s slow; while its retry waits, first sends
 # become due and SETTING is changed to VALUE.
 reload_in_retry_wait() {
+    # The broker is slow before the refusal: set after it, the retry (due
+    # after a jittered backoff) could be answered before the slowness began.
+    mock rtt 2000
     mock request-errors 0 1 10
     sql "SELECT outbox.enqueue('T', 'krw-$2-retry', '{}', topic => '$1', msg_key => '$2')" >/dev/null
     wait_until 20 "SELECT attempts = 1 FROM outbox.events WHERE biz_key = 'krw-$2-retry'" \
         || fail "$2: the event was not refused once"
-    mock rtt 2000
     relay_waits_for_acks
     sql "SELECT count(outbox.enqueue('T', 'krw-$2-' || i, '{}', topic => '$1', msg_key => '$2-' || i)) FROM generate_series(1, 5) i" >/dev/null
     set_setting "$3" "$4"
