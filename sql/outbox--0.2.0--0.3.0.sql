@@ -1,0 +1,215 @@
+-- outbox 0.2.0 -> 0.3.0.  The schema this gives must equal a fresh 0.3.0
+-- install (sql/upgrade.sql compares them); see outbox--0.3.0.sql for why
+-- each object is as it is.
+
+\echo Use "ALTER EXTENSION outbox UPDATE TO '0.3.0'" to load this file. \quit
+
+-- CREATE EXTENSION adopts an existing schema named outbox (the control file
+-- names it).  Whatever a non-superuser put there beforehand takes part in
+-- name resolution here and in every function that runs with the owner's
+-- rights: a database owner's outbox.nextval(text) was once bound to the id
+-- default and ran as superuser at the first enqueue.  Refuse a schema a
+-- non-superuser owns, may create objects in, or has filled: every object
+-- in a schema depends on it in pg_depend, so one query finds them all.
+-- The same block guards the upgrade, where outbox's own objects are there.
+DO LANGUAGE plpgsql $guard$
+DECLARE
+    nsp      pg_catalog.oid;
+    owner    pg_catalog.name;
+    super    pg_catalog.bool;
+    ext      pg_catalog.oid;
+    creators pg_catalog.text;
+    strays   pg_catalog.text;
+BEGIN
+    SELECT n.oid, r.rolname, r.rolsuper INTO nsp, owner, super
+      FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'outbox';
+    SELECT e.oid INTO ext FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'outbox';
+
+    -- Grantees of CREATE that are not superusers; grantee 0 is PUBLIC.
+    SELECT pg_catalog.string_agg(COALESCE(pg_catalog.quote_ident(r.rolname), 'PUBLIC'), ', ')
+      INTO creators
+      FROM pg_catalog.pg_namespace n,
+           pg_catalog.aclexplode(n.nspacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE n.oid OPERATOR(pg_catalog.=) nsp
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND NOT COALESCE(r.rolsuper, false);
+
+    -- Objects in the schema that are not outbox's own (nor outbox itself).
+    SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', o.type, o.identity), ', '
+                                 ORDER BY o.type, o.identity)
+      INTO strays
+      FROM pg_catalog.pg_depend d,
+           pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) o
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) nsp
+       AND NOT (d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                AND d.objid OPERATOR(pg_catalog.=) ext)
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend m
+            WHERE m.classid OPERATOR(pg_catalog.=) d.classid
+              AND m.objid OPERATOR(pg_catalog.=) d.objid
+              AND m.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND m.refobjid OPERATOR(pg_catalog.=) ext
+              AND m.deptype OPERATOR(pg_catalog.=) 'e');
+
+    IF super AND creators IS NULL AND strays IS NULL THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'schema "outbox" cannot be trusted'
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              DETAIL = pg_catalog.concat_ws(' ',
+                  CASE WHEN NOT super THEN pg_catalog.format(
+                      'It is owned by role %I, which is not a superuser.', owner) END,
+                  CASE WHEN creators IS NOT NULL THEN pg_catalog.format(
+                      'Roles that are not superusers may create objects in it: %s.', creators) END,
+                  CASE WHEN strays IS NOT NULL THEN pg_catalog.format(
+                      'It holds objects that are not part of extension outbox: %s.', strays) END),
+              HINT = 'Check what the schema holds and who made it.  Drop what outbox did not '
+                     'create (or the whole schema, if outbox is not installed), make a superuser '
+                     'its owner, revoke CREATE on it from other roles, and run the command again.';
+END
+$guard$;
+
+-- The relay reads a window in (tx, id) order, as an ordered index range.
+DROP INDEX outbox.event_log_tx;
+CREATE INDEX event_log_tx_id ON outbox.event_log (tx, id);
+
+-- Events in flight one by one ('sending') hold their keys back too.
+DROP INDEX outbox.event_state_pending;
+CREATE INDEX event_state_unsent ON outbox.event_state (id) WHERE status IN ('new', 'sending');
+
+-- The open window's progress becomes a place in (tx, id) order.  0.2.0
+-- recorded it as "every id <= window_last_id": the new place is the
+-- longest (tx, id) prefix of the window whose events all have such ids,
+-- so nothing unsent counts as sent; the few relayed events past it are
+-- sent again (duplicates, never a loss).
+ALTER TABLE outbox.relay_cursor ADD COLUMN window_last_tx pg_catalog.xid8 NOT NULL DEFAULT '0';
+WITH c AS (
+    SELECT * FROM outbox.relay_cursor WHERE window_snapshot IS NOT NULL
+), w AS (
+    SELECT l.tx, l.id, l.id OPERATOR(pg_catalog.<=) c.window_last_id AS relayed
+      FROM outbox.event_log l, c
+     WHERE pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
+       AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
+       AND NOT EXISTS (SELECT 1 FROM outbox.event_state s
+                        WHERE s.id OPERATOR(pg_catalog.=) l.id)
+), first_unrelayed AS (
+    SELECT tx, id FROM w WHERE NOT relayed ORDER BY tx, id LIMIT 1
+), place AS (
+    SELECT w.tx, w.id FROM w
+     WHERE NOT EXISTS (SELECT 1 FROM first_unrelayed)
+        OR ROW(w.tx, w.id) OPERATOR(pg_catalog.<)
+           ROW((SELECT tx FROM first_unrelayed), (SELECT id FROM first_unrelayed))
+     ORDER BY w.tx DESC, w.id DESC LIMIT 1
+)
+UPDATE outbox.relay_cursor r
+   SET window_last_tx = COALESCE((SELECT tx FROM place), '0'),
+       window_last_id = COALESCE((SELECT id FROM place), 0)
+ WHERE r.window_snapshot IS NOT NULL;
+ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
+
+CREATE OR REPLACE VIEW outbox.events AS
+SELECT l.id,
+       l.biz_type,
+       l.biz_key,
+       l.topic,
+       l.msg_key,
+       l.payload,
+       l.headers,
+       COALESCE(s.status,
+                CASE
+                    WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
+                    WHEN c.window_snapshot IS NULL
+                         OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
+                    WHEN ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                         ROW(c.window_last_tx, c.window_last_id) THEN 'sent'
+                    ELSE 'sending'
+                END)                           AS status,
+       COALESCE(s.attempts, 0)                AS attempts,
+       COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
+       l.created_at,
+       COALESCE(s.updated_at, l.created_at)   AS updated_at,
+       s.last_error
+  FROM outbox.event_log l
+ CROSS JOIN outbox.relay_cursor c
+  LEFT JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id;
+
+CREATE OR REPLACE VIEW outbox.stats AS
+WITH cursor AS (
+    SELECT * FROM outbox.relay_cursor
+), unrelayed AS (
+    -- The bound as a scalar subquery is an index condition on tx: only
+    -- the unrelayed end of the table is read, not every kept event.
+    SELECT l.created_at
+      FROM outbox.event_log l, cursor c
+     WHERE l.tx OPERATOR(pg_catalog.>=)
+               (SELECT pg_catalog.pg_snapshot_xmin(done_snapshot) FROM outbox.relay_cursor)
+       AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
+       AND NOT (c.window_snapshot IS NOT NULL
+                AND pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
+                AND ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                    ROW(c.window_last_tx, c.window_last_id))
+       AND NOT EXISTS (SELECT 1 FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
+), waiting AS (
+    SELECT l.created_at, s.attempts
+      FROM outbox.event_state s JOIN outbox.event_log l ON l.id OPERATOR(pg_catalog.=) s.id
+     WHERE s.status OPERATOR(pg_catalog.=) ANY ('{new,sending}'::pg_catalog.text[])
+), relays AS (
+    SELECT COALESCE(pg_catalog.sum(r.sent_last_minute), 0)::bigint AS sent,
+           COALESCE(pg_catalog.sum(r.failed_last_minute), 0)::bigint AS failed
+      FROM outbox.relay_status() r
+)
+SELECT (SELECT pg_catalog.count(*) FROM unrelayed)
+           OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM waiting) AS backlog,
+       COALESCE(pg_catalog.round(extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(
+                    (SELECT pg_catalog.min(created_at) FROM unrelayed),
+                    (SELECT pg_catalog.min(created_at) FROM waiting))), 3), 0) AS max_delay_sec,
+       (SELECT pg_catalog.count(*) FROM outbox.event_state
+         WHERE status OPERATOR(pg_catalog.=) 'dead') AS dead,
+       relays.sent AS sent_last_minute,
+       relays.failed AS failed_last_minute,
+       (SELECT pg_catalog.count(*) FROM waiting WHERE attempts OPERATOR(pg_catalog.>) 0) AS retrying
+  FROM relays;
+
+CREATE OR REPLACE FUNCTION outbox._relay_cursor_restore() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    me pg_catalog.xid8 := pg_catalog.pg_current_xact_id();
+BEGIN
+    IF NOT EXISTS (SELECT FROM outbox.relay_cursor) THEN
+        RETURN NEW;         -- the row CREATE EXTENSION makes
+    END IF;
+
+    UPDATE outbox.event_log l
+       SET tx = CASE
+                    WHEN EXISTS (SELECT FROM outbox.event_state s
+                                  WHERE s.id OPERATOR(pg_catalog.=) l.id)
+                      OR pg_catalog.pg_visible_in_snapshot(l.tx, NEW.done_snapshot)
+                      OR (NEW.window_snapshot IS NOT NULL
+                          AND pg_catalog.pg_visible_in_snapshot(l.tx, NEW.window_snapshot)
+                          AND ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                              ROW(NEW.window_last_tx, NEW.window_last_id))
+                    THEN '2'::pg_catalog.xid8
+                    ELSE me
+                END;
+
+    -- The kept cursor was made in this very transaction, and a snapshot
+    -- does not list its own transaction as running: once a later xid has
+    -- ended, this one looks committed to it.  List it, so that the events
+    -- just given this xid count as unsent.
+    UPDATE outbox.relay_cursor c
+       SET done_snapshot = pg_catalog.concat_ws(':',
+               pg_catalog.pg_snapshot_xmin(c.done_snapshot),
+               pg_catalog.pg_snapshot_xmax(c.done_snapshot),
+               pg_catalog.array_to_string(ARRAY(
+                   SELECT x FROM pg_catalog.pg_snapshot_xip(c.done_snapshot) x
+                   UNION SELECT me ORDER BY 1), ','))::pg_catalog.pg_snapshot
+     WHERE pg_catalog.pg_visible_in_snapshot(me, c.done_snapshot);
+    RETURN NULL;
+END $$;
