@@ -4,7 +4,7 @@
 
 CREATE FUNCTION pg_temp.mark_all_sent() RETURNS void LANGUAGE sql AS $$
     UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
-           window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
+           window_snapshot = NULL, window_last_tx = '0', window_last_id = 0;
 $$;
 
 TRUNCATE outbox.event_log, outbox.event_state, outbox.consumer_dedup;

@@ -134,6 +134,10 @@ outbox_relay_main(Datum main_arg)
 		if (timeout == 0)
 			continue;
 		pgstat_report_stat(true);
+		/* Say what the wait is for. */
+		if (!relay_flight_idle())
+			pgstat_report_activity(STATE_RUNNING,
+								   "waiting for Kafka acknowledgements");
 		if (outbox_kafka_wake_fd() >= 0)
 			(void) WaitLatchOrSocket(MyLatch,
 									 WL_LATCH_SET | WL_SOCKET_READABLE |
@@ -145,6 +149,7 @@ outbox_relay_main(Datum main_arg)
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
 
@@ -502,7 +507,7 @@ after_round(const Round *round, TimestampTz now)
 	if (outbox_shared->relay_state == RELAY_STATE_WAITING_FOR_LOCK &&
 		!round->worked && !relay_flight_idle())
 		return;
-	if (round->paused)
+	if (round->paused && relay_flight_empty())
 		set_state(RELAY_STATE_PAUSED);
 	else if (!outbox_kafka_running())
 		return; /* "not configured", said by ensure_producer */
