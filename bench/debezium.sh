@@ -74,8 +74,8 @@ SQL
 }
 
 # debezium_slot: "restart_lsn confirmed_flush_lsn" of Debezium's slot, as
-# the server holds them (what a transaction left open keeps back: the slot
-# restarts decoding from before the oldest transaction still running).
+# the server holds them (restart_lsn stays before the oldest running
+# transaction that has written WAL: decoding restarts there).
 debezium_slot() {
     "$PG_BINDIR/psql" -X -At -F ' ' -d postgres -c \
         "SELECT restart_lsn, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots
