@@ -231,23 +231,27 @@ relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 }
 
 /*
- * relay_flight_next_handover: when the oldest batch may hand over, for
- * the loop's wait; 0 if none waits.
+ * relay_flight_next_handover: when the oldest batch of first sends or the
+ * batch of retries may hand over, for the loop's wait; 0 if neither can
+ * (nothing waits, or Kafka acknowledged nothing since: an answer wakes
+ * the loop anyway).
  */
 TimestampTz
 relay_flight_next_handover(void)
 {
-	RelayBatch *head = relay_flight_head();
+	RelayBatch *candidates[2] = {relay_flight_head(), retry_batch};
 	TimestampTz at = 0;
 
-	if (head != NULL)
-		at = TimestampTzPlusMilliseconds(head->sent_at, HANDOVER_MS);
-	if (retry_batch != NULL)
+	for (int c = 0; c < 2; c++)
 	{
-		TimestampTz r =
-			TimestampTzPlusMilliseconds(retry_batch->sent_at, HANDOVER_MS);
+		RelayBatch *b = candidates[c];
+		TimestampTz when;
 
-		at = at == 0 ? r : Min(at, r);
+		if (b == NULL || outbox_kafka_last_ack() <= b->sent_at ||
+			relay_batch_all_answered(b))
+			continue;
+		when = TimestampTzPlusMilliseconds(b->sent_at, HANDOVER_MS);
+		at = at == 0 ? when : Min(at, when);
 	}
 	return at;
 }
