@@ -110,35 +110,10 @@ UPDATE outbox.relay_cursor r
    SET window_last_tx = COALESCE((SELECT tx FROM place), '0'),
        window_last_id = COALESCE((SELECT id FROM place), 0)
  WHERE r.window_snapshot IS NOT NULL;
+-- outbox.stats reads every column of the cursor: made again without it.
+DROP VIEW outbox.stats;
 ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
-
-CREATE OR REPLACE VIEW outbox.events AS
-SELECT l.id,
-       l.biz_type,
-       l.biz_key,
-       l.topic,
-       l.msg_key,
-       l.payload,
-       l.headers,
-       COALESCE(s.status,
-                CASE
-                    WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
-                    WHEN c.window_snapshot IS NULL
-                         OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
-                    WHEN ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
-                         ROW(c.window_last_tx, c.window_last_id) THEN 'sent'
-                    ELSE 'sending'
-                END)                           AS status,
-       COALESCE(s.attempts, 0)                AS attempts,
-       COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
-       l.created_at,
-       COALESCE(s.updated_at, l.created_at)   AS updated_at,
-       s.last_error
-  FROM outbox.event_log l
- CROSS JOIN outbox.relay_cursor c
-  LEFT JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id;
-
-CREATE OR REPLACE VIEW outbox.stats AS
+CREATE VIEW outbox.stats AS
 WITH cursor AS (
     SELECT * FROM outbox.relay_cursor
 ), unrelayed AS (
@@ -174,6 +149,36 @@ SELECT (SELECT pg_catalog.count(*) FROM unrelayed)
        relays.failed AS failed_last_minute,
        (SELECT pg_catalog.count(*) FROM waiting WHERE attempts OPERATOR(pg_catalog.>) 0) AS retrying
   FROM relays;
+
+COMMENT ON VIEW outbox.stats IS
+    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.';
+REVOKE ALL ON outbox.stats FROM PUBLIC;
+
+CREATE OR REPLACE VIEW outbox.events AS
+SELECT l.id,
+       l.biz_type,
+       l.biz_key,
+       l.topic,
+       l.msg_key,
+       l.payload,
+       l.headers,
+       COALESCE(s.status,
+                CASE
+                    WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
+                    WHEN c.window_snapshot IS NULL
+                         OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
+                    WHEN ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                         ROW(c.window_last_tx, c.window_last_id) THEN 'sent'
+                    ELSE 'sending'
+                END)                           AS status,
+       COALESCE(s.attempts, 0)                AS attempts,
+       COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
+       l.created_at,
+       COALESCE(s.updated_at, l.created_at)   AS updated_at,
+       s.last_error
+  FROM outbox.event_log l
+ CROSS JOIN outbox.relay_cursor c
+  LEFT JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id;
 
 CREATE OR REPLACE FUNCTION outbox._relay_cursor_restore() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
