@@ -13,8 +13,9 @@
  * error), often twice (a log line and an error event).  A line like one
  * written less than LOG_REPEAT_MS ago is counted instead of written; the
  * next one written says how many were left out.  The latest warning or
- * error is also kept for outbox.relay_status(): a relay waiting for
- * acknowledgements says what librdkafka is struggling with.
+ * error is also kept for outbox.relay_status() (outbox_kafka_new_problem):
+ * a relay waiting for acknowledgements says what librdkafka is struggling
+ * with.
  *
  * A fatal error (the idempotent producer can no longer guarantee order,
  * or the cluster refuses it an id) ends this producer, not the relay: the
@@ -576,7 +577,7 @@ keep_log_line(int level, const char *text)
 /*
  * flush_log: write the kept lines to the server log, now that librdkafka
  * has returned and an ereport cannot unwind through it; leave out repeats
- * of lines written lately, and publish the latest problem.
+ * of lines written lately.
  */
 static void
 flush_log(void)
@@ -609,9 +610,19 @@ flush_log(void)
 							 log_dropped)));
 	log_count = 0;
 	log_dropped = 0;
-	if (problem_unsaid && latest_problem[0] != '\0')
-		outbox_status_error(latest_problem);
+}
+
+/*
+ * outbox_kafka_new_problem: librdkafka's latest warning or error if it was
+ * not asked for yet, for relay_status(); NULL if none is new.
+ */
+const char *
+outbox_kafka_new_problem(void)
+{
+	if (!problem_unsaid || latest_problem[0] == '\0')
+		return NULL;
 	problem_unsaid = false;
+	return latest_problem;
 }
 
 /*

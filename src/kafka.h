@@ -69,6 +69,7 @@ extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);
+extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties,
 										  char *problem, size_t size);
 

@@ -479,6 +479,7 @@ after_round(const Round *round, TimestampTz now)
 {
 	RelayTally tally = relay_flight_take_tally();
 	TimestampTz ack = outbox_kafka_last_ack();
+	const char *problem;
 
 	pg_atomic_fetch_add_u64(&outbox_shared->sent_total, tally.sent);
 	pg_atomic_fetch_add_u64(&outbox_shared->failed_total, tally.failed);
@@ -487,6 +488,8 @@ after_round(const Round *round, TimestampTz now)
 		outbox_status_batch(tally.sent, tally.failed);
 	if (tally.error != NULL)
 		outbox_status_error(tally.error);
+	if ((problem = outbox_kafka_new_problem()) != NULL)
+		outbox_status_error(problem);
 	outbox_status_broker(outbox_kafka_broker_state());
 
 	if (ack != seen_ack)
