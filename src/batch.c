@@ -70,6 +70,7 @@ relay_batch_new(bool retry, const RelaySettings *settings, int capacity)
 	batch->key_hash = MemoryContextAllocZero(memory, sizeof(uint64) * n);
 	batch->tx = MemoryContextAllocZero(memory, sizeof(uint64) * n);
 	batch->attempts = MemoryContextAllocZero(memory, sizeof(int) * n);
+	batch->due = MemoryContextAllocZero(memory, sizeof(bool) * n);
 	batch->sent_at = GetCurrentTimestamp();
 	return batch;
 }

@@ -119,10 +119,10 @@ static int read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi,
 static bool take_row(RelayBatch *batch, HTAB *blocked, HeapTuple row,
 					 TupleDesc desc);
 static int settle_point(RelayBatch *batch);
-static void record_head(RelayBatch *batch, int cut);
+static bool record_head(RelayBatch *batch, int cut);
 static void apply_settled(RelayBatch *batch, int cut, bool *unreachable);
 static RelayPos place_before(RelayBatch *batch, int i);
-static void record_place(const RelayPos *pos);
+static bool record_place(const RelayPos *pos);
 static void set_reader(const RelayPos *pos);
 static RelayPos copy_pos(const RelayPos *pos, MemoryContext memory);
 static Datum xid8_datum(uint64 value);
@@ -217,7 +217,15 @@ relay_first_sends_settle(TimestampTz now, bool *unreachable)
 			return false;
 		settled[n] = head;
 		cuts[n] = settle_point(head);
-		record_head(head, cuts[n]);
+		if (!record_head(head, cuts[n]))
+		{
+			/* Someone deleted the row: start over from a new one. */
+			recreate_cursor();
+			relay_commit();
+			relay_flight_drop_from(relay_flight_head(), 0);
+			reader_valid = false;
+			return true;
+		}
 		if (cuts[n++] < head->count)
 			break;
 	}
@@ -476,9 +484,10 @@ settle_point(RelayBatch *batch)
 /*
  * record_head: record the head batch's events before cut (held ones wait
  * for a retry, refused ones failed, stuck ones are handed over) and move
- * the cursor past them.  Inside relay_begin.
+ * the cursor past them; false if the cursor's row is gone.  Inside
+ * relay_begin.
  */
-static void
+static bool
 record_head(RelayBatch *batch, int cut)
 {
 	RelayPos pos = cut == batch->count ? batch->after : place_before(batch, cut);
@@ -494,7 +503,7 @@ record_head(RelayBatch *batch, int cut)
 		else if (msg->error != 0)
 			relay_record_failure(batch, i);
 	}
-	record_place(&pos);
+	return record_place(&pos);
 }
 
 /*
@@ -545,9 +554,10 @@ place_before(RelayBatch *batch, int i)
 }
 
 /*
- * record_place: write pos to outbox.relay_cursor.  Inside relay_begin.
+ * record_place: write pos to outbox.relay_cursor; false if its row is
+ * gone.  Inside relay_begin.
  */
-static void
+static bool
 record_place(const RelayPos *pos)
 {
 	Oid types[4] = {PG_SNAPSHOTOID, PG_SNAPSHOTOID, XID8OID, INT8OID};
@@ -559,6 +569,7 @@ record_place(const RelayPos *pos)
 
 	if (SPI_execute_plan(plan, values, nulls, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "outbox relay: could not record progress");
+	return SPI_processed == 1;
 }
 
 /*

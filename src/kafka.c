@@ -722,13 +722,13 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 	if (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return true;
 	/*
-	 * With no broker up, librdkafka cannot learn that a topic exists and,
-	 * after topic.metadata.propagation.max.ms, calls it unknown: that says
-	 * nothing about the topic.
+	 * With every broker down, librdkafka cannot learn that a topic exists
+	 * and, after topic.metadata.propagation.max.ms, calls it unknown: that
+	 * says nothing about the topic.
 	 */
 	if ((err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
 		 err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) &&
-		strcmp(broker_state, "up") != 0)
+		strcmp(broker_state, "down") == 0)
 		return true;
 	switch (err)
 	{
@@ -762,7 +762,7 @@ outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
 
-	if (producer == NULL || strcmp(broker_state, "up") != 0)
+	if (producer == NULL || strcmp(broker_state, "down") == 0)
 		return false;
 	rkt = rd_kafka_topic_new(producer, topic, NULL);
 	if (rkt == NULL)

@@ -96,6 +96,7 @@ typedef struct RelayBatch
 	uint64 *key_hash; /* hash of (topic, msg_key), per event */
 	uint64 *tx;       /* first sends: each event's transaction */
 	int *attempts;    /* retries: failed attempts so far */
+	bool *due;        /* retries: due when read */
 	int recorded;     /* messages whose outcome is recorded or moot */
 	TimestampTz sent_at;
 	RelayPos before; /* first sends: the place before its first event */

@@ -39,7 +39,15 @@ static SPIPlanPtr waiting_plan = NULL;
 
 static RelayBatch *reading = NULL; /* a batch being read and sent */
 
+/*
+ * Events released to travel together: those that waited behind an event
+ * of their key just delivered, up to the first not due (note_released).
+ */
+static HTAB *released = NULL;
+
 static void read_due(RelayBatch *batch, bool *any_due);
+static void note_released(RelayBatch *batch);
+static bool is_released(int64 id);
 static void record_retries(RelayBatch *batch);
 static void hand_over_stragglers(RelayBatch *batch);
 
@@ -102,6 +110,7 @@ relay_retries_settle(TimestampTz now, bool *unreachable)
 		transient += batch->msgs[i].transient ? 1 : 0;
 	}
 	*unreachable = sent > 0 && transient == sent;
+	note_released(batch);
 	relay_flight_done(batch);
 	return true;
 }
@@ -176,6 +185,7 @@ read_due(RelayBatch *batch, bool *any_due)
 		bool due = DatumGetBool(SPI_getbinval(row, desc, RETRY_COL_DUE, &isnull));
 		int i = relay_batch_add(batch, row, desc);
 
+		batch->due[i] = due;
 		if (!due || relay_key_has(blocked, batch->key_hash[i]) ||
 			relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)) ||
 			!relay_flight_room(&batch->settings))
@@ -184,10 +194,60 @@ read_due(RelayBatch *batch, bool *any_due)
 			batch->fate[i] = FATE_HELD;
 		else
 			*any_due = true;
-		if (batch->fate[i] == FATE_HELD || batch->attempts[i] > 0 ||
+		if (batch->fate[i] == FATE_HELD ||
+			(batch->attempts[i] > 0 && !is_released(batch->msgs[i].event_id)) ||
 			(batch->msgs[i].done && batch->msgs[i].error != 0))
 			relay_key_add(blocked, batch->key_hash[i]);
 	}
+	if (released != NULL)
+		hash_destroy(released);
+	released = NULL;
+}
+
+/*
+ * note_released: after a batch of retries, the due events that waited
+ * only behind an event of their key it delivered travel together in the
+ * next one, up to the first one of the key that is not due: a burst of
+ * refusals drains at the pace of batches, not of one event per key and
+ * round trip (with the same caveat as first sends if one is refused).
+ */
+static void
+note_released(RelayBatch *batch)
+{
+	HTAB *open = relay_key_set(CurrentMemoryContext);
+
+	if (released == NULL)
+		released = relay_key_set(TopMemoryContext);
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (batch->fate[i] == FATE_IN_BATCH && batch->msgs[i].done &&
+			batch->msgs[i].error == 0)
+			relay_key_add(open, batch->key_hash[i]);
+	}
+	for (int i = 0; i < batch->count; i++)
+	{
+		uint64 id = (uint64) batch->msgs[i].event_id;
+
+		if (batch->fate[i] != FATE_HELD || !relay_key_has(open, batch->key_hash[i]))
+			continue;
+		if (!batch->due[i])
+			(void) hash_search(open, &batch->key_hash[i], HASH_REMOVE, NULL);
+		else
+			relay_key_add(released, id);
+	}
+	hash_destroy(open);
+}
+
+/*
+ * is_released: whether the event may travel with the earlier ones of its
+ * key (note_released).
+ */
+static bool
+is_released(int64 id)
+{
+	uint64 key = (uint64) id;
+
+	return released != NULL && relay_key_has(released, key);
 }
 
 /*
