@@ -127,21 +127,62 @@ t_restore_other_cluster() {
     rm -rf "$other"
 }
 
-# ALTER EXTENSION outbox UPDATE from 0.1.0 with events in every state: the
-# relay then sends every unsent one and none sent before; enqueue and
-# claim work after.
+# old_events_in_every_state DB TOPIC: in DB, at the old version, events in
+# every state the old schema knows, made by SQL (a relay of this library
+# does not serve an old version): s-* relayed (by the cursor), r-1
+# retrying, d-1 dead, w-1..w-4 in an open window relayed up to w-2 (0.2.0's
+# "every id <= window_last_id"), u-* unsent.
+old_events_in_every_state() {
+    local db=$1 topic=$2
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 's-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
+                          window_snapshot = NULL, window_last_id = 0, window_max_id = 0"
+    IT_DB=$db sql "SELECT outbox.enqueue('T', k, '{}', topic => '$topic') FROM unnest(ARRAY['r-1', 'd-1']) k" >/dev/null
+    IT_DB=$db sql "INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
+                   SELECT id, CASE biz_key WHEN 'r-1' THEN 'new' ELSE 'dead' END,
+                          CASE biz_key WHEN 'r-1' THEN 1 ELSE 3 END, now(), 'refused in a test'
+                     FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('r-1', 'd-1')"
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'w-' || i, '{}', topic => '$topic')) FROM generate_series(1, 4) i" >/dev/null
+    IT_DB=$db sql "UPDATE outbox.relay_cursor SET window_snapshot = pg_current_snapshot(),
+                          window_last_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'w-2'),
+                          window_max_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'w-4')"
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'u-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    expect "$db: statuses before" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+                                                     FROM outbox.events WHERE topic = '$topic'")" \
+        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent w-3=sending w-4=sending u-1=new u-2=new u-3=new u-4=new u-5=new"
+}
+
+# An extension at 0.1.0 holding live events, served by this library's
+# relay: the relay sends nothing and says once why; ALTER EXTENSION UPDATE
+# (0.1.0 -> 0.2.0 -> 0.3.0) keeps every state, including the open window's
+# progress, and the relay then sends exactly what was unsent: each once,
+# none of what the old cursor called relayed, the dead one never.
 t_upgrade_live() {
-    local topic=it.upgrade out=$IT_TMP/upgrade.tsv id
+    local topic=it.upgrade out=$IT_TMP/upgrade.tsv id mark
     "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_up"
     IT_DB=outbox_up sql "CREATE EXTENSION outbox VERSION '0.1.0'"
+    mark=$(log_mark)
     relay_serve outbox_up
-    events_in_every_state outbox_up $topic
+    old_events_in_every_state outbox_up $topic
+    wait_log "$mark" 20 "outbox relay: the extension here is version 0.1.0, the server's library is 0.3.0; the relay waits" \
+        || fail "the relay did not say it waits for the update"
+    holds 3 "SELECT last_error LIKE '%ALTER EXTENSION outbox UPDATE%' FROM outbox.relay_status()" \
+        || fail "relay_status does not say the relay waits for the update"
     IT_DB=outbox_up sql "ALTER EXTENSION outbox UPDATE" || { fail "ALTER EXTENSION outbox UPDATE failed"; relay_home outbox_up; return; }
-    expect "version" "$(IT_DB=outbox_up sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" 0.2.0
-    IT_DB=outbox_up sql "SELECT outbox.resume()" >/dev/null
-    deliveries_are outbox_up $topic
+    expect "version" "$(IT_DB=outbox_up sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" 0.3.0
+    expect "statuses after the update" "$(IT_DB=outbox_up sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+                                                     FROM outbox.events WHERE topic = '$topic' AND biz_key ~ '^[srd]-|^w-[12]$'")" \
+        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent"
+    IT_DB=outbox_up wait_until 30 "SELECT count(*) = 15 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
+        || fail "the relay did not send the unsent events after the update"
+    consume $topic 1000 30000 3000 >"$out"
+    IT_DB=outbox_up load_consumed got "$out"
+    expect "deliveries per event" "$(IT_DB=outbox_up sql "
+        SELECT string_agg(l.biz_key || '=' || (SELECT count(*) FROM got g WHERE g.event_id = l.id), ' ' ORDER BY l.id)
+          FROM outbox.event_log l WHERE l.topic = '$topic'")" \
+        "s-1=0 s-2=0 s-3=0 s-4=0 s-5=0 r-1=1 d-1=0 w-1=0 w-2=0 w-3=1 w-4=1 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
     id=$(IT_DB=outbox_up sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
-    consume $topic 12 20000 >"$out" || fail "the event enqueued after the update did not arrive"
+    consume $topic 9 20000 >"$out" || fail "the event enqueued after the update did not arrive"
     grep -q "event_id=$id," "$out" || fail "event $id, enqueued after the update, not received"
     expect "first claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" t
     expect "second claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" f
