@@ -33,6 +33,9 @@
 /* How long a batch's head waits before its stragglers are handed over. */
 #define HANDOVER_MS 1000
 
+/* A topic that becomes stuck again is said again after this long. */
+#define STUCK_REPEAT_MS 60000
+
 /* A stuck topic: how many of its handed-over events are unanswered. */
 typedef struct StuckTopic
 {
@@ -44,12 +47,15 @@ static dlist_head queue = DLIST_STATIC_INIT(queue);
 static RelayBatch *retry_batch = NULL;
 static dlist_head lingering = DLIST_STATIC_INIT(lingering);
 static HTAB *stuck = NULL;
+static HTAB *said = NULL; /* topic hash -> when it was last said stuck */
 static RelayTally tally;
+static char stuck_reason[512];
 
 static void drop_messages(RelayBatch *batch, int from, bool handed_too);
 static void let_go(RelayBatch *batch);
 static bool freeable(const RelayBatch *batch);
 static void unstick(RelayBatch *batch, int i);
+static void say_stuck(const char *topic, uint64 hash);
 
 /*
  * relay_flight_init: the set of stuck topics, for the life of the relay.
@@ -64,6 +70,9 @@ relay_flight_init(void)
 	ctl.hcxt = TopMemoryContext;
 	stuck = hash_create("outbox stuck topics", 16, &ctl,
 						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	ctl.entrysize = sizeof(uint64) + sizeof(TimestampTz);
+	said = hash_create("outbox stuck topics said", 16, &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
 /*
@@ -268,7 +277,10 @@ relay_flight_hand_over(RelayBatch *batch, int i)
 	StuckTopic *topic = hash_search(stuck, &hash, HASH_ENTER, &found);
 
 	if (!found)
+	{
 		topic->waiting = 0;
+		say_stuck(batch->msgs[i].topic, hash);
+	}
 	topic->waiting++;
 	batch->fate[i] = FATE_HANDED;
 }
@@ -397,6 +409,38 @@ relay_flight_take_tally(void)
 
 	memset(&tally, 0, sizeof(tally));
 	return taken;
+}
+
+/*
+ * say_stuck: say once (again after STUCK_REPEAT_MS) that events of topic
+ * wait for Kafka while other topics go on, with what the cluster reports
+ * for the topic if it reports anything; relay_status() shows it too.
+ */
+static void
+say_stuck(const char *topic, uint64 hash)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool found;
+	TimestampTz *last = (TimestampTz *) ((char *) hash_search(said, &hash, HASH_ENTER, &found) +
+										 sizeof(uint64));
+	char reported[256];
+
+	if (found && !TimestampDifferenceExceeds(*last, now, STUCK_REPEAT_MS))
+		return;
+	*last = now;
+	if (outbox_kafka_topic_refused(topic, reported, sizeof(reported)))
+		snprintf(stuck_reason, sizeof(stuck_reason),
+				 "events of topic \"%.249s\" are stuck: the cluster reports %s",
+				 topic, reported);
+	else
+		snprintf(stuck_reason, sizeof(stuck_reason),
+				 "events of topic \"%.249s\" are stuck: not acknowledged within %d ms while later events were",
+				 topic, HANDOVER_MS);
+	ereport(LOG,
+			(errmsg("outbox relay: %s", stuck_reason),
+			 errdetail("They wait in outbox.event_state as 'sending' until Kafka answers for them, later events of the topic wait behind them, and other topics go on."),
+			 errhint("See outbox.events and outbox.stats.retrying; a topic the cluster refuses makes its events dead after outbox.max_attempts.")));
+	tally.error = stuck_reason;
 }
 
 /*

@@ -52,6 +52,10 @@
 /* The same, when judging a timed-out message: the relay's loop waits. */
 #define REFUSAL_CHECK_TIMEOUT_MS 500
 
+/* Topics judged lately, and how long a judgement holds. */
+#define REFUSAL_SLOTS 16
+#define REFUSAL_KEEP_MS 5000
+
 /*
  * How long librdkafka keeps trying a message, unless a property says
  * otherwise.  librdkafka's own default (5 minutes) is how long each try of
@@ -72,6 +76,15 @@ typedef struct LogLine
 } LogLine;
 
 /* A line written lately, and how many like it were left out since. */
+/* What the cluster reported lately for a topic (outbox_kafka_topic_refused). */
+typedef struct TopicReport
+{
+	uint32 hash; /* of the topic; 0 for a free slot */
+	TimestampTz asked_at;
+	bool refused;
+	char text[128];
+} TopicReport;
+
 typedef struct RepeatedLine
 {
 	uint32 hash; /* of the line's gist; 0 for a free slot */
@@ -90,6 +103,7 @@ static LogLine log_lines[LOG_SLOTS];
 static int log_count = 0;
 static int log_dropped = 0;
 static RepeatedLine repeated[REPEAT_SLOTS];
+static TopicReport reports[REFUSAL_SLOTS];
 static char latest_problem[LOG_LINE_LEN]; /* latest warning, "" after a delivery */
 static bool problem_unsaid = false;       /* not yet published */
 static char stalled_topic[256]; /* of the latest message not acknowledged */
@@ -114,6 +128,7 @@ static void note_problem(const char *line);
 static const char *gist(const char *text);
 static bool topic_error(const char *topic, char *text, size_t size);
 static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
+static rd_kafka_resp_err_t topic_metadata_error(const char *topic);
 static bool open_wake_pipe(void);
 static void close_wake_pipe(void);
 static void drain_wake_pipe(void);
@@ -750,23 +765,61 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 
 /*
  * outbox_kafka_topic_refused: whether the cluster, asked briefly, reports
- * an error for topic (unknown, not authorized, no leader...) while it
- * acknowledges other messages: a message of that topic that timed out was
- * then refused for the topic's sake, not lost to an outage.  Bounded by
- * REFUSAL_CHECK_TIMEOUT_MS; text says what the cluster reported.
+ * an error for topic (unknown, not authorized...) while it acknowledges
+ * other messages: a message of that topic that timed out was then refused
+ * for the topic's sake, not lost to an outage.  Bounded by
+ * REFUSAL_CHECK_TIMEOUT_MS, and asked at most once per REFUSAL_KEEP_MS
+ * per topic, however many of its messages time out; text says what the
+ * cluster reported.
  */
 bool
 outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 {
-	rd_kafka_topic_t *rkt;
-	const struct rd_kafka_metadata *md = NULL;
-	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	uint32 hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
+	TimestampTz now = GetCurrentTimestamp();
+	TopicReport *slot = &reports[0];
 
 	if (producer == NULL || strcmp(broker_state, "down") == 0)
 		return false;
-	rkt = rd_kafka_topic_new(producer, topic, NULL);
+	for (int i = 0; i < REFUSAL_SLOTS; i++)
+	{
+		if (reports[i].hash == hash)
+		{
+			slot = &reports[i];
+			break;
+		}
+		if (reports[i].asked_at < slot->asked_at)
+			slot = &reports[i];
+	}
+	if (slot->hash != hash ||
+		TimestampDifferenceExceeds(slot->asked_at, now, REFUSAL_KEEP_MS))
+	{
+		rd_kafka_resp_err_t err = topic_metadata_error(topic);
+
+		slot->hash = hash;
+		slot->asked_at = now;
+		slot->refused = err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+						err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+		strlcpy(slot->text, rd_kafka_err2str(err), sizeof(slot->text));
+	}
+	if (slot->refused)
+		strlcpy(text, slot->text, size);
+	return slot->refused;
+}
+
+/*
+ * topic_metadata_error: the error the cluster reports for topic itself,
+ * asked for at most REFUSAL_CHECK_TIMEOUT_MS.
+ */
+static rd_kafka_resp_err_t
+topic_metadata_error(const char *topic)
+{
+	rd_kafka_topic_t *rkt = rd_kafka_topic_new(producer, topic, NULL);
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+
 	if (rkt == NULL)
-		return false;
+		return err;
 	if (rd_kafka_metadata(producer, 0, rkt, &md, REFUSAL_CHECK_TIMEOUT_MS) ==
 			RD_KAFKA_RESP_ERR_NO_ERROR &&
 		md->topic_cnt == 1)
@@ -775,11 +828,7 @@ outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 		rd_kafka_metadata_destroy(md);
 	rd_kafka_topic_destroy(rkt);
 	flush_log();
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR ||
-		err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
-		return false;
-	snprintf(text, size, "%s", rd_kafka_err2str(err));
-	return true;
+	return err;
 }
 
 /*
