@@ -8,7 +8,7 @@ CONSUMER_PID=
 LOCKER_PID=
 # Relay crashes the run made (SIGKILL, immediate stop, failover): each may
 # leave one acknowledged but unrecorded batch to be sent again, so the
-# README's bound on duplicates is CRASHES x outbox.batch_size.
+# README's bound on duplicates is CRASHES x outbox.max_in_flight_events.
 CRASHES=0
 # The number K of each relay killed between Kafka's acknowledgement and
 # its record: chaos_recorded holds, under K, the window's events recorded
@@ -379,13 +379,13 @@ t_outcome() {
 check_duplicates() {
     local dups batch starts kill
     dups=$(sql "SELECT count(*) - count(DISTINCT ref) FROM chaos_delivered")
-    batch=$(sql "SHOW outbox.batch_size")
+    batch=$(sql "SHOW outbox.max_in_flight_events")
     starts=$(cat "$CLUSTER_DIR"/node-*.log | grep -c 'outbox relay started' || true)
     report "relay crashes made (relay starts seen)" "$CRASHES ($starts)"
-    report "duplicates delivered (bound: crashes x $batch)" "$dups ($((CRASHES * batch)))"
+    report "duplicates delivered (bound: crashes x outbox.max_in_flight_events, $batch)" "$dups ($((CRASHES * batch)))"
     [ "$dups" -gt 0 ] || fail "no duplicate delivered: the dedupe checks proved nothing"
     [ "$dups" -le $((CRASHES * batch)) ] \
-        || fail "duplicates delivered: $dups, more than one batch of $batch per crash ($CRASHES crashes)"
+        || fail "duplicates delivered: $dups, more than the $batch that may be in flight per crash ($CRASHES crashes)"
     for kill in "${UNRECORDED[@]}"; do
         [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM chaos_delivered d JOIN chaos_unrecorded u
                    ON u.id = d.event_id AND u.kill = $kill GROUP BY 1 HAVING count(*) > 1) d")" -gt 0 ] \
