@@ -125,19 +125,21 @@ relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc)
 bool
 relay_batch_send(RelayBatch *batch, int i, HeapTuple row, TupleDesc desc)
 {
-	MemoryContext scratch = AllocSetContextCreate(
-		CurrentMemoryContext, "outbox message", ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(scratch);
+	MemoryContext old;
 	OutboxMessage *msg = &batch->msgs[i];
 	KafkaSendResult result;
 
+	if (batch->scratch == NULL)
+		batch->scratch = AllocSetContextCreate(batch->memory, "outbox message",
+											   ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(batch->scratch);
 	make_message(msg, row, desc);
 	result = outbox_kafka_send(msg);
 	/* librdkafka has its copies: keep only what the report needs. */
 	msg->key = msg->value = NULL;
 	msg->nheaders = 0;
 	MemoryContextSwitchTo(old);
-	MemoryContextDelete(scratch);
+	MemoryContextReset(batch->scratch);
 	return result != KAFKA_FULL;
 }
 

@@ -87,6 +87,7 @@ typedef struct RelayBatch
 {
 	dlist_node node;
 	MemoryContext memory;
+	MemoryContext scratch;  /* a message being made, reset after each */
 	bool retry;             /* retries: no place in the stream */
 	RelaySettings settings; /* as when the batch was read */
 	int count;
