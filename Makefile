@@ -41,7 +41,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue format format-check tools
+.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue bench-stats format format-check tools
 
 test:
 	test/run
@@ -71,6 +71,9 @@ bench-retention:
 
 bench-enqueue:
 	bench/enqueue
+
+bench-stats:
+	bench/stats
 
 format:
 	clang-format -i src/*.c src/*.h
