@@ -127,23 +127,38 @@ t_restore_other_cluster() {
     rm -rf "$other"
 }
 
-# ALTER EXTENSION outbox UPDATE from 0.1.0 with events in every state: the
-# relay then sends every unsent one and none sent before; enqueue and
-# claim work after.
+# ALTER EXTENSION outbox UPDATE from 0.1.0 and from 0.2.0 with events in
+# every state: stats read the same before and after, the relay then sends
+# every unsent one and none sent before; enqueue and claim work after.
 t_upgrade_live() {
-    local topic=it.upgrade out=$IT_TMP/upgrade.tsv id
-    "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_up"
-    IT_DB=outbox_up sql "CREATE EXTENSION outbox VERSION '0.1.0'"
-    relay_serve outbox_up
-    events_in_every_state outbox_up $topic
-    IT_DB=outbox_up sql "ALTER EXTENSION outbox UPDATE" || { fail "ALTER EXTENSION outbox UPDATE failed"; relay_home outbox_up; return; }
-    expect "version" "$(IT_DB=outbox_up sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" 0.2.0
-    IT_DB=outbox_up sql "SELECT outbox.resume()" >/dev/null
-    deliveries_are outbox_up $topic
-    id=$(IT_DB=outbox_up sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
-    consume $topic 12 20000 >"$out" || fail "the event enqueued after the update did not arrive"
-    grep -q "event_id=$id," "$out" || fail "event $id, enqueued after the update, not received"
-    expect "first claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" t
-    expect "second claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" f
-    relay_home outbox_up
+    local from
+    for from in 0.1.0 0.2.0; do
+        upgrade_live_from $from
+    done
+}
+
+# upgrade_live_from VERSION: t_upgrade_live from VERSION, in its own
+# database and topic.
+upgrade_live_from() {
+    local from=$1 db=outbox_up_${1//./} topic=it.upgrade.${1//./} out id current figures
+    out=$IT_TMP/$db.tsv
+    current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
+    figures="SELECT concat_ws(' ', backlog, dead, retrying) FROM outbox.stats"
+    "$PGBIN/psql" -X -q -c "CREATE DATABASE $db"
+    IT_DB=$db sql "CREATE EXTENSION outbox VERSION '$from'"
+    relay_serve $db
+    events_in_every_state $db $topic
+    # u-1..u-5 unsent, r-1 waiting for its retry, d-1 dead.
+    expect "$from: backlog, dead, retrying before" "$(IT_DB=$db sql "$figures")" "6 1 1"
+    IT_DB=$db sql "ALTER EXTENSION outbox UPDATE" || { fail "$from: ALTER EXTENSION outbox UPDATE failed"; relay_home $db; return; }
+    expect "$from: version" "$(IT_DB=$db sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" "$current"
+    expect "$from: backlog, dead, retrying after" "$(IT_DB=$db sql "$figures")" "6 1 1"
+    IT_DB=$db sql "SELECT outbox.resume()" >/dev/null
+    deliveries_are $db $topic
+    id=$(IT_DB=$db sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
+    consume $topic 12 20000 >"$out" || fail "$from: the event enqueued after the update did not arrive"
+    grep -q "event_id=$id," "$out" || fail "$from: event $id, enqueued after the update, not received"
+    expect "$from: first claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" t
+    expect "$from: second claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" f
+    relay_home $db
 }
