@@ -7,8 +7,9 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
 
 MODULE_big = outbox
 OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan.o \
-             src/enqueue.o src/claim.o src/launcher.o src/worker.o src/batch.o \
-             src/relay.o src/retry.o src/housekeeping.o src/status.o src/kafka.o \
+             src/enqueue.o src/claim.o src/launcher.o src/worker.o \
+             src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
+             src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
              src/redact.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka

@@ -15,6 +15,7 @@
 #   debezium_connector_stop / _pause / _resume
 #                                    shut its task down / hold it / run it again
 #   debezium_stop                    stop the worker (SIGKILL) and remove DIR
+#   debezium_slot                    the slot's restart_lsn and confirmed_flush_lsn
 #
 # Two tunings, one per measure, each what a team tuning Debezium for that
 # measure sets (SETTINGS: connector properties NAME=VALUE, space separated,
@@ -70,6 +71,15 @@ CREATE TABLE dbz_outbox (
 CREATE PUBLICATION dbz_pub FOR TABLE dbz_outbox;
 SELECT 1 FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
 SQL
+}
+
+# debezium_slot: "restart_lsn confirmed_flush_lsn" of Debezium's slot, as
+# the server holds them (restart_lsn stays before the oldest running
+# transaction that has written WAL: decoding restarts there).
+debezium_slot() {
+    "$PG_BINDIR/psql" -X -At -F ' ' -d postgres -c \
+        "SELECT restart_lsn, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots
+          WHERE slot_name = 'debezium'"
 }
 
 # debezium_rest METHOD PATH [BODY]: the worker's REST API.

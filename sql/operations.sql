@@ -4,7 +4,7 @@
 
 CREATE FUNCTION pg_temp.mark_all_sent() RETURNS void LANGUAGE sql AS $$
     UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
-           window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
+           window_snapshot = NULL, window_last_tx = '0', window_last_id = 0;
 $$;
 
 TRUNCATE outbox.event_log, outbox.event_state, outbox.consumer_dedup;
@@ -165,9 +165,8 @@ SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late FROM outb
 -- The relay has sent half of them in an open window ('late' among the
 -- unsent): the same.  Then 'late' fails and waits for a retry: the same.
 UPDATE outbox.relay_cursor
-   SET window_snapshot = pg_current_snapshot(),
-       window_last_id = (SELECT min(id) + 5000 FROM outbox.event_log WHERE biz_type = 'Young'),
-       window_max_id = (SELECT max(id) FROM outbox.event_log);
+   SET window_snapshot = pg_current_snapshot(), (window_last_tx, window_last_id) =
+       (SELECT tx, id FROM outbox.event_log WHERE biz_type = 'Young' ORDER BY tx, id OFFSET 5000 LIMIT 1);
 SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late FROM outbox.stats;
 INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'new', 1 FROM outbox.event_log WHERE biz_key = 'late';
 SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late, retrying FROM outbox.stats;

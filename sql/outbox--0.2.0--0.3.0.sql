@@ -1,9 +1,6 @@
 -- outbox 0.2.0 -> 0.3.0.  The schema this gives must equal a fresh 0.3.0
 -- install (sql/upgrade.sql compares them); see outbox--0.3.0.sql for why
--- each object is as it is.  It runs with events in flight: the relay's
--- progress (relay_cursor) and the delivery states are kept as they are.
--- The new btree on event_log (created_at, tx) is built over every kept
--- event, under a lock that makes enqueue wait until the update commits.
+-- each object is as it is.
 
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.3.0'" to load this file. \quit
 
@@ -14,8 +11,7 @@
 -- default and ran as superuser at the first enqueue.  Refuse a schema a
 -- non-superuser owns, may create objects in, or has filled: every object
 -- in a schema depends on it in pg_depend, so one query finds them all.
--- Here outbox's own objects are there, and anything else is refused,
--- named.
+-- The same block guards the upgrade, where outbox's own objects are there.
 DO LANGUAGE plpgsql $guard$
 DECLARE
     nsp      pg_catalog.oid;
@@ -78,54 +74,66 @@ BEGIN
 END
 $guard$;
 
--- The retry path's unfinished events are 'new' or, since 0.3.0, 'sending'
--- (in flight, e.g. of a stuck topic): one partial index for both.
+-- The relay reads a window in (tx, id) order, as an ordered index range.
+DROP INDEX outbox.event_log_tx;
+CREATE INDEX event_log_tx_id ON outbox.event_log (tx, id);
+
+-- Events in flight one by one ('sending') hold their keys back too.
 DROP INDEX outbox.event_state_pending;
 CREATE INDEX event_state_unsent ON outbox.event_state (id)
     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending']);
 
 -- outbox.stats walks event_log in created_at order, skipping relayed
 -- events by tx inside the index: a btree (created_at, tx) replaces the
--- BRIN on created_at, which only retention used.
+-- BRIN on created_at, which only retention used.  It is built over every
+-- kept event, under a lock that makes enqueue wait until the update
+-- commits.
 DROP INDEX outbox.event_log_created_at;
 CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
 
--- Unsent: not yet relayed, or owned by the retry path and not finished
--- (event_state 'new' or 'sending').  Not yet relayed is read the way PgQ
--- reads a batch, from done_snapshot D: transactions that took their xid
--- after D (tx >= xmax(D), "fresh") plus those running at D (tx in
--- xip(D), "open"), minus the relayed part of the open window.  Never
--- "tx >= xmin(D)": that range holds every event since the oldest
--- transaction open at D, however long it stays open.
---
--- The cost stays bounded with a large backlog:
---   backlog  fresh events are counted up to 10,000 (a scan in tx order
---            that stops there); above, they are estimated from the id
---            range: max(id) - (lowest id of the first 10,001) + 1.  The
---            open ones and the retry path's are counted exactly.
---   max_delay_sec  exact.  created_at is the enqueuing transaction's
---            start, in no order with tx or id: a transaction may start
---            early and take its xid after D.  Up to 10,000 fresh events
---            the scan above sees them all; above, the oldest is the first
---            fresh one in created_at order, a walk over
---            event_log_created_at whose tx column skips the events of
---            transactions older than D inside the index (only fresh ones
---            are read from the table, and the walk stops at the first that
---            is neither relayed in the window nor the retry path's).
--- The cursor's values are scalar subqueries, not a join: evaluated once,
--- the bounds are index conditions, and the planner, which cannot know the
--- cursor has one row, does not multiply its estimates (a plan costed past
--- jit_above_cost spent ~100 ms compiling itself).
-CREATE OR REPLACE VIEW outbox.stats AS
+-- The open window's progress becomes a place in (tx, id) order.  0.2.0
+-- recorded it as "every id <= window_last_id": the new place is the
+-- longest (tx, id) prefix of the window whose events all have such ids,
+-- so nothing unsent counts as sent; the few relayed events past it are
+-- sent again (duplicates, never a loss).
+ALTER TABLE outbox.relay_cursor ADD COLUMN window_last_tx pg_catalog.xid8 NOT NULL DEFAULT '0';
+WITH c AS (
+    SELECT * FROM outbox.relay_cursor WHERE window_snapshot IS NOT NULL
+), w AS (
+    SELECT l.tx, l.id, l.id OPERATOR(pg_catalog.<=) c.window_last_id AS relayed
+      FROM outbox.event_log l, c
+     WHERE pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
+       AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
+       AND NOT EXISTS (SELECT 1 FROM outbox.event_state s
+                        WHERE s.id OPERATOR(pg_catalog.=) l.id)
+), first_unrelayed AS (
+    SELECT tx, id FROM w WHERE NOT relayed ORDER BY tx, id LIMIT 1
+), place AS (
+    SELECT w.tx, w.id FROM w
+     WHERE NOT EXISTS (SELECT 1 FROM first_unrelayed)
+        OR ROW(w.tx, w.id) OPERATOR(pg_catalog.<)
+           ROW((SELECT tx FROM first_unrelayed), (SELECT id FROM first_unrelayed))
+     ORDER BY w.tx DESC, w.id DESC LIMIT 1
+)
+UPDATE outbox.relay_cursor r
+   SET window_last_tx = COALESCE((SELECT tx FROM place), '0'),
+       window_last_id = COALESCE((SELECT id FROM place), 0)
+ WHERE r.window_snapshot IS NOT NULL;
+-- outbox.stats reads every column of the cursor: made again without it.
+DROP VIEW outbox.stats;
+ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
+CREATE VIEW outbox.stats AS
 WITH fresh AS MATERIALIZED (
     SELECT l.id, l.created_at
       FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.>=)
                (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot) FROM outbox.relay_cursor c)
-       AND NOT COALESCE(l.id OPERATOR(pg_catalog.<=) (SELECT c.window_last_id FROM outbox.relay_cursor c)
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
                         AND pg_catalog.pg_visible_in_snapshot(
                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
-     ORDER BY l.tx
+     ORDER BY l.tx, l.id
      LIMIT 10001
 ), fresh_sum AS (
     -- The retry path's events are left out after the LIMIT, so that the
@@ -142,7 +150,9 @@ WITH fresh AS MATERIALIZED (
       FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.=) ANY (ARRAY(
                SELECT pg_catalog.pg_snapshot_xip(c.done_snapshot) FROM outbox.relay_cursor c))
-       AND NOT COALESCE(l.id OPERATOR(pg_catalog.<=) (SELECT c.window_last_id FROM outbox.relay_cursor c)
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
                         AND pg_catalog.pg_visible_in_snapshot(
                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
        AND NOT EXISTS (SELECT FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
@@ -171,8 +181,9 @@ SELECT CASE
                                          (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot)
                                             FROM outbox.relay_cursor c)
                                  AND NOT COALESCE(
-                                         l.id OPERATOR(pg_catalog.<=)
-                                             (SELECT c.window_last_id FROM outbox.relay_cursor c)
+                                         ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                                             ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                                 (SELECT c.window_last_id FROM outbox.relay_cursor c))
                                          AND pg_catalog.pg_visible_in_snapshot(
                                                  l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)),
                                          false)
@@ -192,3 +203,69 @@ SELECT CASE
 
 COMMENT ON VIEW outbox.stats IS
     'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that from their id range (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
+REVOKE ALL ON outbox.stats FROM PUBLIC;
+
+CREATE OR REPLACE VIEW outbox.events AS
+SELECT l.id,
+       l.biz_type,
+       l.biz_key,
+       l.topic,
+       l.msg_key,
+       l.payload,
+       l.headers,
+       COALESCE(s.status,
+                CASE
+                    WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
+                    WHEN c.window_snapshot IS NULL
+                         OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
+                    WHEN ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                         ROW(c.window_last_tx, c.window_last_id) THEN 'sent'
+                    ELSE 'sending'
+                END)                           AS status,
+       COALESCE(s.attempts, 0)                AS attempts,
+       COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
+       l.created_at,
+       COALESCE(s.updated_at, l.created_at)   AS updated_at,
+       s.last_error
+  FROM outbox.event_log l
+ CROSS JOIN outbox.relay_cursor c
+  LEFT JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id;
+
+CREATE OR REPLACE FUNCTION outbox._relay_cursor_restore() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    me pg_catalog.xid8 := pg_catalog.pg_current_xact_id();
+BEGIN
+    IF NOT EXISTS (SELECT FROM outbox.relay_cursor) THEN
+        RETURN NEW;         -- the row CREATE EXTENSION makes
+    END IF;
+
+    UPDATE outbox.event_log l
+       SET tx = CASE
+                    WHEN EXISTS (SELECT FROM outbox.event_state s
+                                  WHERE s.id OPERATOR(pg_catalog.=) l.id)
+                      OR pg_catalog.pg_visible_in_snapshot(l.tx, NEW.done_snapshot)
+                      OR (NEW.window_snapshot IS NOT NULL
+                          AND pg_catalog.pg_visible_in_snapshot(l.tx, NEW.window_snapshot)
+                          AND ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                              ROW(NEW.window_last_tx, NEW.window_last_id))
+                    THEN '2'::pg_catalog.xid8
+                    ELSE me
+                END;
+
+    -- The kept cursor was made in this very transaction, and a snapshot
+    -- does not list its own transaction as running: once a later xid has
+    -- ended, this one looks committed to it.  List it, so that the events
+    -- just given this xid count as unsent.
+    UPDATE outbox.relay_cursor c
+       SET done_snapshot = pg_catalog.concat_ws(':',
+               pg_catalog.pg_snapshot_xmin(c.done_snapshot),
+               pg_catalog.pg_snapshot_xmax(c.done_snapshot),
+               pg_catalog.array_to_string(ARRAY(
+                   SELECT x FROM pg_catalog.pg_snapshot_xip(c.done_snapshot) x
+                   UNION SELECT me ORDER BY 1), ','))::pg_catalog.pg_snapshot
+     WHERE pg_catalog.pg_visible_in_snapshot(me, c.done_snapshot);
+    RETURN NULL;
+END $$;

@@ -1,4 +1,4 @@
--- outbox 0.3.0: the outbox tables, enqueue and claim.
+-- outbox 0.2.0: the outbox tables, enqueue and claim.
 --
 -- Physical layout, chosen for the relay's throughput:
 --   event_log     append-only: one INSERT per event.  The relay reads it by
@@ -14,7 +14,7 @@
 -- owner's rights: every function, operator and type in a default, a view
 -- or a function body is qualified (pg_catalog.now(), OPERATOR(pg_catalog.=),
 -- ::pg_catalog.regclass), so none resolves to an object a non-superuser
--- made.  Keep it so; outbox--0.2.0--0.3.0.sql must give the same schema
+-- made.  Keep it so; outbox--0.1.0--0.2.0.sql must give the same schema
 -- (sql/upgrade.sql compares the two).
 
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
@@ -107,8 +107,9 @@ CREATE TABLE outbox.event_log (
 );
 ALTER SEQUENCE outbox.event_id_seq OWNED BY outbox.event_log.id;
 
--- The relay selects "committed since the last snapshot" by tx.
-CREATE INDEX event_log_tx ON outbox.event_log (tx);
+-- The relay reads "committed since the last snapshot" by tx, in (tx, id)
+-- order: a window is read as an ordered range of this index.
+CREATE INDEX event_log_tx_id ON outbox.event_log (tx, id);
 
 COMMENT ON TABLE outbox.event_log IS
     'Enqueued events, append-only; written by outbox.enqueue(). Read outbox.events instead.';
@@ -128,9 +129,8 @@ CREATE TABLE outbox.event_state (
     CONSTRAINT event_state_attempts CHECK (attempts >= 0)
 );
 
--- Events the retry path owns and has not finished: waiting for a retry
--- ('new') or handed over in flight ('sending', e.g. of a stuck topic), in
--- id order; also the keys they hold back.
+-- Events waiting for a retry or in flight one by one, in id order; also
+-- the keys they hold back.
 CREATE INDEX event_state_unsent ON outbox.event_state (id)
     WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending']);
 
@@ -140,14 +140,15 @@ COMMENT ON TABLE outbox.event_state IS
 -- The relay works in windows: every event whose transaction is visible in
 -- done_snapshot has been relayed; the open window covers the events visible
 -- in window_snapshot but not in done_snapshot, and of those it has relayed
--- the ones with id <= window_last_id (it sends a window in id order).
+-- the ones up to (window_last_tx, window_last_id) (it sends a window in
+-- (tx, id) order).
 CREATE TABLE outbox.relay_cursor (
     singleton       boolean     NOT NULL DEFAULT true,
     done_snapshot   pg_snapshot NOT NULL,
     window_snapshot pg_snapshot,
     window_last_id  bigint      NOT NULL DEFAULT 0,
-    window_max_id   bigint      NOT NULL DEFAULT 0,
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    window_last_tx  xid8        NOT NULL DEFAULT '0',
     CONSTRAINT relay_cursor_pkey PRIMARY KEY (singleton),
     CONSTRAINT relay_cursor_singleton CHECK (singleton)
 );
@@ -169,7 +170,8 @@ SELECT l.id,
                     WHEN pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot) THEN 'sent'
                     WHEN c.window_snapshot IS NULL
                          OR NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot) THEN 'new'
-                    WHEN l.id OPERATOR(pg_catalog.<=) c.window_last_id THEN 'sent'
+                    WHEN ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                         ROW(c.window_last_tx, c.window_last_id) THEN 'sent'
                     ELSE 'sending'
                 END)                           AS status,
        COALESCE(s.attempts, 0)                AS attempts,
@@ -308,8 +310,8 @@ COMMENT ON FUNCTION outbox.relay_status() IS
 -- transaction open at D, however long it stays open.
 --
 -- The cost stays bounded with a large backlog:
---   backlog  fresh events are counted up to 10,000 (a scan in tx order
---            that stops there); above, they are estimated from the id
+--   backlog  fresh events are counted up to 10,000 (a scan of
+--            event_log_tx_id that stops there); above, they are estimated from the id
 --            range: max(id) - (lowest id of the first 10,001) + 1.  The
 --            open ones and the retry path's are counted exactly.
 --   max_delay_sec  exact.  created_at is the enqueuing transaction's
@@ -331,10 +333,12 @@ WITH fresh AS MATERIALIZED (
       FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.>=)
                (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot) FROM outbox.relay_cursor c)
-       AND NOT COALESCE(l.id OPERATOR(pg_catalog.<=) (SELECT c.window_last_id FROM outbox.relay_cursor c)
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
                         AND pg_catalog.pg_visible_in_snapshot(
                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
-     ORDER BY l.tx
+     ORDER BY l.tx, l.id
      LIMIT 10001
 ), fresh_sum AS (
     -- The retry path's events are left out after the LIMIT, so that the
@@ -351,7 +355,9 @@ WITH fresh AS MATERIALIZED (
       FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.=) ANY (ARRAY(
                SELECT pg_catalog.pg_snapshot_xip(c.done_snapshot) FROM outbox.relay_cursor c))
-       AND NOT COALESCE(l.id OPERATOR(pg_catalog.<=) (SELECT c.window_last_id FROM outbox.relay_cursor c)
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
                         AND pg_catalog.pg_visible_in_snapshot(
                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
        AND NOT EXISTS (SELECT FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
@@ -380,8 +386,9 @@ SELECT CASE
                                          (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot)
                                             FROM outbox.relay_cursor c)
                                  AND NOT COALESCE(
-                                         l.id OPERATOR(pg_catalog.<=)
-                                             (SELECT c.window_last_id FROM outbox.relay_cursor c)
+                                         ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                                             ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                                 (SELECT c.window_last_id FROM outbox.relay_cursor c))
                                          AND pg_catalog.pg_visible_in_snapshot(
                                                  l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)),
                                          false)
@@ -592,7 +599,8 @@ BEGIN
                       OR pg_catalog.pg_visible_in_snapshot(l.tx, NEW.done_snapshot)
                       OR (NEW.window_snapshot IS NOT NULL
                           AND pg_catalog.pg_visible_in_snapshot(l.tx, NEW.window_snapshot)
-                          AND l.id OPERATOR(pg_catalog.<=) NEW.window_last_id)
+                          AND ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                              ROW(NEW.window_last_tx, NEW.window_last_id))
                     THEN '2'::pg_catalog.xid8
                     ELSE me
                 END;

@@ -22,8 +22,8 @@ UPDATE outbox.event_log SET tx = CASE biz_key
 INSERT INTO outbox.event_state (id, status, attempts)
 SELECT id, CASE biz_key WHEN 'done-dead' THEN 'dead' ELSE 'new' END, 1
   FROM outbox.event_log WHERE biz_key IN ('done-dead', 'after-window-retrying');
-INSERT INTO outbox.relay_cursor (done_snapshot, window_snapshot, window_last_id, window_max_id)
-SELECT '100:160:150,151', '300:300:', id, id + 1
+INSERT INTO outbox.relay_cursor (done_snapshot, window_snapshot, window_last_tx, window_last_id)
+SELECT '100:160:150,151', '300:300:', '150', id
   FROM outbox.event_log WHERE biz_key = 'window-sent';
 
 -- One cursor row, the kept one; each event rebased by its status there.

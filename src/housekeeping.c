@@ -19,7 +19,7 @@
 #include "outbox.h"
 #include "relay.h"
 
-/* Rows one retention round may delete of each kind. */
+/* Rows one retention step may delete of each kind. */
 #define PURGE_BATCH 10000
 #define PURGE_EVERY_MS 10000
 #define ALERT_CHECK_EVERY_MS 5000
@@ -45,10 +45,7 @@ static TimestampTz next_alert_check = 0;
 static TimestampTz last_warning = 0;
 static bool alerting = false;
 
-static void purge(TimestampTz now);
-static void purge_step(void *arg);
 static Datum seconds_interval(int seconds);
-static void check_delay_step(void *arg);
 static void check_delay(TimestampTz now);
 static Datum first_value(SPIPlanPtr *cache, const char *sql, int nargs,
 						 Oid *types, Datum *values, int col, bool *isnull);
@@ -71,52 +68,43 @@ relay_paused(void)
 }
 
 /*
- * relay_housekeeping: retention and the backlog alert, each when due.
+ * relay_purge_due: whether retention is due.
+ */
+bool
+relay_purge_due(TimestampTz now)
+{
+	return now >= next_purge;
+}
+
+/*
+ * relay_purge_done: retention removed so many rows: soon again if it found
+ * a full batch, else after PURGE_EVERY_MS (also when it gave up waiting
+ * for a lock, so that a lock held for long costs one lock timeout per
+ * period, not per round).
  */
 void
-relay_housekeeping(void)
+relay_purge_done(TimestampTz now, int64 removed)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (now >= next_purge)
-		purge(now);
-	relay_check_alert();
+	next_purge = removed >= PURGE_BATCH
+					 ? now
+					 : TimestampTzPlusMilliseconds(now, PURGE_EVERY_MS);
 }
 
 /*
- * relay_check_alert: the backlog alert, when due; also called while the
- * relay waits for a broker that does not answer, which is when it matters.
+ * relay_alert_due: whether the backlog alert is due.
+ */
+bool
+relay_alert_due(TimestampTz now)
+{
+	return outbox_alert_delay > 0 && now >= next_alert_check;
+}
+
+/*
+ * relay_purge_step: run outbox._purge once; *arg receives the rows it
+ * removed.
  */
 void
-relay_check_alert(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (outbox_alert_delay > 0 && now >= next_alert_check)
-		(void) relay_guarded(check_delay_step, &now, "the backlog check");
-}
-
-/*
- * purge: one retention batch; soon again if it found a full batch.  Not
- * before PURGE_EVERY_MS if it gave up waiting for a lock, so that a lock
- * held for long costs the relay one lock timeout per period, not per round.
- */
-static void
-purge(TimestampTz now)
-{
-	int64 removed = 0;
-
-	next_purge = TimestampTzPlusMilliseconds(now, PURGE_EVERY_MS);
-	if (relay_guarded(purge_step, &removed, "retention") &&
-		removed >= PURGE_BATCH)
-		next_purge = now;
-}
-
-/*
- * purge_step: run outbox._purge once; *arg receives the rows it removed.
- */
-static void
-purge_step(void *arg)
+relay_purge_step(void *arg)
 {
 	Oid types[3] = {INTERVALOID, INTERVALOID, INT4OID};
 	Datum values[3];
@@ -147,10 +135,10 @@ seconds_interval(int seconds)
 }
 
 /*
- * check_delay_step: check_delay at the time *arg, as a guarded step.
+ * relay_alert_step: check_delay at the time *arg, as a guarded step.
  */
-static void
-check_delay_step(void *arg)
+void
+relay_alert_step(void *arg)
 {
 	check_delay(*(TimestampTz *) arg);
 }

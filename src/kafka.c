@@ -13,8 +13,9 @@
  * error), often twice (a log line and an error event).  A line like one
  * written less than LOG_REPEAT_MS ago is counted instead of written; the
  * next one written says how many were left out.  The latest warning or
- * error is also kept for outbox.relay_status(): a relay waiting for
- * acknowledgements says what librdkafka is struggling with.
+ * error is also kept for outbox.relay_status() (outbox_kafka_new_problem):
+ * a relay waiting for acknowledgements says what librdkafka is struggling
+ * with.
  *
  * A fatal error (the idempotent producer can no longer guarantee order,
  * or the cluster refuses it an id) ends this producer, not the relay: the
@@ -24,6 +25,9 @@
  * src/kafka.c
  */
 #include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -45,6 +49,18 @@
 /* How long to wait for the cluster's word on a topic that stalls. */
 #define METADATA_TIMEOUT_MS 2000
 
+/* The same, when judging a timed-out message: the relay's loop waits. */
+#define REFUSAL_CHECK_TIMEOUT_MS 500
+
+/*
+ * How long librdkafka keeps trying a message, unless a property says
+ * otherwise.  librdkafka's own default (5 minutes) is how long each try of
+ * an event of a refused topic would last; 30 s rides out a leader election
+ * or a broker restart, and bounds how soon an event of a refused topic is
+ * dead: outbox.max_attempts x (30 s + the backoff).
+ */
+#define DEFAULT_MESSAGE_TIMEOUT_MS "30000"
+
 /* syslog levels librdkafka uses: up to 4 (warning) goes to the log. */
 #define SYSLOG_ERR 3
 #define SYSLOG_WARNING 4
@@ -64,7 +80,10 @@ typedef struct RepeatedLine
 } RepeatedLine;
 
 static rd_kafka_t *producer = NULL;
-static int outstanding = 0; /* messages sent, not yet reported */
+static int outstanding = 0;          /* messages sent, not yet reported */
+static size_t outstanding_bytes = 0; /* their values' bytes */
+static TimestampTz last_ack_at = 0;  /* latest acknowledged delivery */
+static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
 static bool fatal_error = false;
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
@@ -95,6 +114,9 @@ static void note_problem(const char *line);
 static const char *gist(const char *text);
 static bool topic_error(const char *topic, char *text, size_t size);
 static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
+static bool open_wake_pipe(void);
+static void close_wake_pipe(void);
+static void drain_wake_pipe(void);
 
 /*
  * outbox_kafka_start: create the producer.  False, with the reason in the
@@ -127,8 +149,16 @@ outbox_kafka_start(const char *brokers, const char *properties)
 	}
 	rd_kafka_set_log_queue(producer, NULL);
 	outstanding = 0;
+	outstanding_bytes = 0;
 	fatal_error = false;
 	broker_state = "unknown";
+	if (!open_wake_pipe())
+	{
+		rd_kafka_destroy(producer);
+		producer = NULL;
+		ereport(LOG, (errmsg("outbox relay: could not create a pipe: %m")));
+		return false;
+	}
 	return true;
 }
 
@@ -151,6 +181,8 @@ outbox_kafka_stop(void)
 	rd_kafka_destroy(producer);
 	producer = NULL;
 	outstanding = 0;
+	outstanding_bytes = 0;
+	close_wake_pipe();
 	flush_log();
 }
 
@@ -164,62 +196,72 @@ outbox_kafka_running(void)
 }
 
 /*
- * outbox_kafka_send: queue one message.  False if librdkafka refused it at
- * once (msg->error says why); a full local queue is waited out instead.
+ * outbox_kafka_send: queue one message (librdkafka copies it).  Never
+ * waits: KAFKA_FULL if librdkafka's local queue is full (the caller sends
+ * it later), KAFKA_REFUSED if refused at once (msg->error says why).
  */
-bool
+KafkaSendResult
 outbox_kafka_send(OutboxMessage *msg)
 {
-	for (;;)
-	{
-		rd_kafka_headers_t *headers = rd_kafka_headers_new(msg->nheaders);
-		rd_kafka_resp_err_t err;
+	rd_kafka_headers_t *headers = rd_kafka_headers_new(msg->nheaders);
+	rd_kafka_resp_err_t err;
 
-		for (int i = 0; i < msg->nheaders; i++)
-			rd_kafka_header_add(headers, msg->header_names[i], -1,
-								msg->header_values[i], -1);
-		err = rd_kafka_producev(
-			producer, RD_KAFKA_V_TOPIC(msg->topic),
-			RD_KAFKA_V_KEY(msg->key, msg->key_len),
-			RD_KAFKA_V_VALUE((void *) msg->value, msg->value_len),
-			RD_KAFKA_V_HEADERS(headers),
-			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(msg),
-			RD_KAFKA_V_END);
-		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-		{
-			outstanding++;
-			return true;
-		}
-		/* Not queued: the headers are still ours. */
-		rd_kafka_headers_destroy(headers);
-		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		{
-			msg->done = true;
-			msg->error = err;
-			msg->transient = is_transient(producer, err);
-			msg->error_text = rd_kafka_err2str(err);
-			return false;
-		}
-		/* Local queue full: let deliveries drain it, then try again. */
-		rd_kafka_poll(producer, 100);
-		flush_log();
-		CHECK_FOR_INTERRUPTS();
+	for (int i = 0; i < msg->nheaders; i++)
+		rd_kafka_header_add(headers, msg->header_names[i], -1,
+							msg->header_values[i], -1);
+	err = rd_kafka_producev(
+		producer, RD_KAFKA_V_TOPIC(msg->topic),
+		RD_KAFKA_V_KEY(msg->key, msg->key_len),
+		RD_KAFKA_V_VALUE((void *) msg->value, msg->value_len),
+		RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+		RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		outstanding++;
+		outstanding_bytes += msg->value_len;
+		msg->queued = true;
+		return KAFKA_QUEUED;
 	}
+	/* Not queued: the headers are still ours. */
+	rd_kafka_headers_destroy(headers);
+	if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		return KAFKA_FULL;
+	msg->done = true;
+	msg->error = err;
+	msg->transient = is_transient(producer, err);
+	msg->error_text = rd_kafka_err2str(err);
+	return KAFKA_REFUSED;
 }
 
 /*
- * outbox_kafka_wait: serve delivery reports for up to timeout_ms; true when
- * every message sent has been reported.
+ * outbox_kafka_in_flight: messages librdkafka holds for us, and the bytes
+ * of their values.
  */
-bool
-outbox_kafka_wait(int timeout_ms)
+void
+outbox_kafka_in_flight(int *messages, size_t *bytes)
 {
-	if (outstanding > 0)
-		rd_kafka_flush(producer, timeout_ms);
-	else
-		rd_kafka_poll(producer, 0);
-	flush_log();
-	return outstanding == 0;
+	*messages = outstanding;
+	*bytes = outstanding_bytes;
+}
+
+/*
+ * outbox_kafka_last_ack: when Kafka last acknowledged a message.
+ */
+TimestampTz
+outbox_kafka_last_ack(void)
+{
+	return last_ack_at;
+}
+
+/*
+ * outbox_kafka_wake_fd: a descriptor that becomes readable when librdkafka
+ * has delivery reports or log lines to serve, for the worker's one wait;
+ * -1 without a producer.
+ */
+int
+outbox_kafka_wake_fd(void)
+{
+	return producer == NULL ? -1 : wake_pipe[0];
 }
 
 /*
@@ -230,7 +272,10 @@ void
 outbox_kafka_serve(void)
 {
 	if (producer != NULL)
+	{
+		drain_wake_pipe();
 		rd_kafka_poll(producer, 0);
+	}
 	flush_log();
 }
 
@@ -313,6 +358,8 @@ make_conf(const char *brokers, const char *properties, char *problem, size_t siz
 			RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "client.id", "outbox-relay", problem, size) !=
 			RD_KAFKA_CONF_OK ||
+		rd_kafka_conf_set(conf, "message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS,
+						  problem, size) != RD_KAFKA_CONF_OK ||
 		!apply_properties(conf, properties, problem, size) ||
 		rd_kafka_conf_set(conf, "bootstrap.servers", brokers, problem, size) !=
 			RD_KAFKA_CONF_OK ||
@@ -443,10 +490,12 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	outstanding--;
 	if (msg == NULL)
 		return;
+	outstanding_bytes -= msg->value_len;
 	if (rkmessage->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		broker_state = "up";
 		latest_problem[0] = '\0';
+		last_ack_at = GetCurrentTimestamp();
 	}
 	msg->done = true;
 	msg->error = rkmessage->err;
@@ -456,6 +505,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	if (msg->transient)
 		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
 	msg->error_text = rkmessage->err ? rd_kafka_err2str(rkmessage->err) : NULL;
+	msg->timed_out = rkmessage->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+	msg->purged = rkmessage->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+				  rkmessage->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
 }
 
 /*
@@ -525,7 +577,7 @@ keep_log_line(int level, const char *text)
 /*
  * flush_log: write the kept lines to the server log, now that librdkafka
  * has returned and an ereport cannot unwind through it; leave out repeats
- * of lines written lately, and publish the latest problem.
+ * of lines written lately.
  */
 static void
 flush_log(void)
@@ -558,9 +610,19 @@ flush_log(void)
 							 log_dropped)));
 	log_count = 0;
 	log_dropped = 0;
-	if (problem_unsaid && latest_problem[0] != '\0')
-		outbox_status_error(latest_problem);
+}
+
+/*
+ * outbox_kafka_new_problem: librdkafka's latest warning or error if it was
+ * not asked for yet, for relay_status(); NULL if none is new.
+ */
+const char *
+outbox_kafka_new_problem(void)
+{
+	if (!problem_unsaid || latest_problem[0] == '\0')
+		return NULL;
 	problem_unsaid = false;
+	return latest_problem;
 }
 
 /*
@@ -659,6 +721,15 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 	/* A fatal producer fails what it holds with whatever error it had. */
 	if (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return true;
+	/*
+	 * With every broker down, librdkafka cannot learn that a topic exists
+	 * and, after topic.metadata.propagation.max.ms, calls it unknown: that
+	 * says nothing about the topic.
+	 */
+	if ((err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+		 err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) &&
+		strcmp(broker_state, "down") == 0)
+		return true;
 	switch (err)
 	{
 		case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
@@ -675,4 +746,88 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 		default:
 			return false;
 	}
+}
+
+/*
+ * outbox_kafka_topic_refused: whether the cluster, asked briefly, reports
+ * an error for topic (unknown, not authorized, no leader...) while it
+ * acknowledges other messages: a message of that topic that timed out was
+ * then refused for the topic's sake, not lost to an outage.  Bounded by
+ * REFUSAL_CHECK_TIMEOUT_MS; text says what the cluster reported.
+ */
+bool
+outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
+{
+	rd_kafka_topic_t *rkt;
+	const struct rd_kafka_metadata *md = NULL;
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+
+	if (producer == NULL || strcmp(broker_state, "down") == 0)
+		return false;
+	rkt = rd_kafka_topic_new(producer, topic, NULL);
+	if (rkt == NULL)
+		return false;
+	if (rd_kafka_metadata(producer, 0, rkt, &md, REFUSAL_CHECK_TIMEOUT_MS) ==
+			RD_KAFKA_RESP_ERR_NO_ERROR &&
+		md->topic_cnt == 1)
+		err = md->topics[0].err;
+	if (md != NULL)
+		rd_kafka_metadata_destroy(md);
+	rd_kafka_topic_destroy(rkt);
+	flush_log();
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR ||
+		err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
+		return false;
+	snprintf(text, size, "%s", rd_kafka_err2str(err));
+	return true;
+}
+
+/*
+ * open_wake_pipe: a non-blocking pipe librdkafka writes to when its queue
+ * of reports and log lines goes from empty to not empty.
+ */
+static bool
+open_wake_pipe(void)
+{
+	rd_kafka_queue_t *main_queue;
+
+	if (pipe(wake_pipe) != 0)
+		return false;
+	for (int i = 0; i < 2; i++)
+	{
+		(void) fcntl(wake_pipe[i], F_SETFL,
+					 fcntl(wake_pipe[i], F_GETFL) | O_NONBLOCK);
+		(void) fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
+	}
+	main_queue = rd_kafka_queue_get_main(producer);
+	rd_kafka_queue_io_event_enable(main_queue, wake_pipe[1], "1", 1);
+	rd_kafka_queue_destroy(main_queue);
+	return true;
+}
+
+/*
+ * close_wake_pipe: close the pipe, once librdkafka is gone.
+ */
+static void
+close_wake_pipe(void)
+{
+	for (int i = 0; i < 2; i++)
+	{
+		if (wake_pipe[i] >= 0)
+			close(wake_pipe[i]);
+		wake_pipe[i] = -1;
+	}
+}
+
+/*
+ * drain_wake_pipe: empty the pipe before serving the queue, so that news
+ * arriving after the serve makes it readable again.
+ */
+static void
+drain_wake_pipe(void)
+{
+	char buf[64];
+
+	while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
+		;
 }

@@ -3,6 +3,7 @@
  *		The relay's Kafka producer, as seen by the rest of the extension.
  *
  * Only kafka.c includes rdkafka.h; everything else deals in OutboxMessage.
+ * Nothing here waits: the worker's loop waits on outbox_kafka_wake_fd().
  *
  * src/kafka.h
  */
@@ -11,12 +12,18 @@
 
 #include "postgres.h"
 
+#include "utils/timestamp.h"
+
 #include "outbox.h"
 
 /* Most headers one message carries: event_id, biz_type, biz_key + user's. */
 #define OUTBOX_MAX_HEADERS (3 + OUTBOX_MAX_USER_HEADERS)
 
-/* One event on its way to Kafka, and what became of it. */
+/*
+ * One event on its way to Kafka, and what became of it.  The value, key
+ * and headers are needed only until librdkafka has copied them; the
+ * struct itself lives until the delivery report (librdkafka points to it).
+ */
 typedef struct OutboxMessage
 {
 	int64 event_id;
@@ -29,23 +36,40 @@ typedef struct OutboxMessage
 	const char *header_names[OUTBOX_MAX_HEADERS];
 	const char *header_values[OUTBOX_MAX_HEADERS];
 
+	bool queued; /* handed to librdkafka: a delivery report will come */
+
 	/* Set by the delivery report, served on the worker's own thread. */
 	bool done;
 	int error;              /* 0 when Kafka acknowledged it */
 	bool transient;         /* failed for the broker's sake, not its own */
+	bool timed_out;         /* librdkafka gave up waiting for the broker */
+	bool purged;            /* the producer was stopped before an answer */
 	const char *error_text; /* static text from librdkafka */
 } OutboxMessage;
+
+/* What became of a message handed to outbox_kafka_send. */
+typedef enum KafkaSendResult
+{
+	KAFKA_QUEUED,  /* on its way; a delivery report will follow */
+	KAFKA_REFUSED, /* refused at once; msg->error says why */
+	KAFKA_FULL     /* librdkafka's queue is full: send it later */
+} KafkaSendResult;
 
 extern bool outbox_kafka_start(const char *brokers, const char *properties);
 extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
-extern bool outbox_kafka_send(OutboxMessage *msg);
-extern bool outbox_kafka_wait(int timeout_ms);
+extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
 extern void outbox_kafka_serve(void);
+extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
+extern TimestampTz outbox_kafka_last_ack(void);
+extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
+extern bool outbox_kafka_topic_refused(const char *topic, char *text,
+									   size_t size);
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);
+extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties,
 										  char *problem, size_t size);
 

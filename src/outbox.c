@@ -30,6 +30,11 @@ PG_MODULE_MAGIC;
 #define MAX_BACKOFF_MS (24 * 3600 * 1000)
 #define DEFAULT_BATCH_SIZE 5000
 #define MAX_BATCH_SIZE 100000
+/* Enough to keep a broker busy; payloads beyond it wait in the table. */
+#define DEFAULT_MAX_IN_FLIGHT_EVENTS 20000
+#define MAX_MAX_IN_FLIGHT_EVENTS 1000000
+#define DEFAULT_MAX_IN_FLIGHT_SIZE (32 * 1024 * 1024)
+#define MAX_MAX_IN_FLIGHT_SIZE (1024 * 1024 * 1024)
 #define DEFAULT_POLL_INTERVAL_MS 1000
 #define MAX_POLL_INTERVAL_MS 600000
 #define DEFAULT_SENT_RETENTION_S 3600
@@ -52,6 +57,8 @@ int outbox_max_attempts = DEFAULT_MAX_ATTEMPTS;
 int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
 int outbox_backoff_max = DEFAULT_BACKOFF_MAX_MS;
 int outbox_batch_size = DEFAULT_BATCH_SIZE;
+int outbox_max_in_flight_events = DEFAULT_MAX_IN_FLIGHT_EVENTS;
+int outbox_max_in_flight_size = DEFAULT_MAX_IN_FLIGHT_SIZE;
 int outbox_poll_interval = DEFAULT_POLL_INTERVAL_MS;
 int outbox_sent_retention = DEFAULT_SENT_RETENTION_S;
 int outbox_dedup_retention = DEFAULT_DEDUP_RETENTION_S;
@@ -202,6 +209,21 @@ define_relay_settings(void)
 		gettext_noop("Most events the relay reads and sends in one batch."),
 		NULL, &outbox_batch_size, DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE,
 		PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.max_in_flight_events",
+		gettext_noop("Most events the relay has sent and Kafka not yet answered for."),
+		gettext_noop("Several batches are in flight while the oldest is answered."),
+		&outbox_max_in_flight_events, DEFAULT_MAX_IN_FLIGHT_EVENTS, 1,
+		MAX_MAX_IN_FLIGHT_EVENTS, PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable(
+		"outbox.max_in_flight_size",
+		gettext_noop("Most payload bytes the relay has sent and Kafka not yet answered for."),
+		gettext_noop("Bounds the relay's memory whatever the payloads: "
+					 "librdkafka holds a copy of each event in flight."),
+		&outbox_max_in_flight_size, DEFAULT_MAX_IN_FLIGHT_SIZE, 1,
+		MAX_MAX_IN_FLIGHT_SIZE, PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.poll_interval",

@@ -100,6 +100,8 @@ extern int outbox_max_attempts;
 extern int outbox_backoff_min;
 extern int outbox_backoff_max;
 extern int outbox_batch_size;
+extern int outbox_max_in_flight_events;
+extern int outbox_max_in_flight_size;
 extern int outbox_poll_interval;
 extern int outbox_sent_retention;
 extern int outbox_dedup_retention;

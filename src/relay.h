@@ -1,8 +1,19 @@
 /*
  * relay.h
- *		Declarations shared by the relay worker's files: the loop (worker.c),
- *		batches of events (batch.c), first sends (relay.c) and retries
- *		(retry.c).
+ *		Declarations shared by the relay worker's files.
+ *
+ * The relay reads top-down, and every call goes down:
+ *
+ *	 worker.c		the loop: the only place that waits, applies a reload,
+ *					starts or stops the producer and publishes status
+ *	 first_sends.c	committed events in windows, in order; progress recorded
+ *	 retries.c		events one by one: due retries and handed-over ones
+ *	 housekeeping.c	pause flag, retention, the backlog alert
+ *	 flight.c		the batches Kafka has not answered for, and their bounds
+ *	 batch.c		a batch: its rows as messages, the settings it was read with
+ *	 event_state.c	rows of outbox.event_state: failures, backoff, death
+ *	 step.c			the transaction bracket around every step
+ *	 kafka.c		librdkafka, and nothing above it
  *
  * src/relay.h
  */
@@ -12,7 +23,9 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "lib/ilist.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 
 #include "kafka.h"
 
@@ -24,11 +37,12 @@
 #define BATCH_COL_HEADERS 5
 #define BATCH_COL_BIZ_TYPE 6
 #define BATCH_COL_BIZ_KEY 7
-#define BATCH_COL_ATTEMPTS 8 /* retry batches only */
+#define BATCH_COL_TX 8       /* first sends only */
+#define BATCH_COL_ATTEMPTS 8 /* retries only */
 
 /*
  * The settings a batch is judged by, taken when it is read: a reload while
- * it waits for Kafka must not change how its outcome is recorded.
+ * it is in flight must not change how its outcome is recorded.
  */
 typedef struct RelaySettings
 {
@@ -36,72 +50,164 @@ typedef struct RelaySettings
 	int max_attempts;
 	int backoff_min;
 	int backoff_max;
+	int max_in_flight_events;
+	int max_in_flight_size;
 } RelaySettings;
 
 /*
- * Events read for one round of sending, in id order.  An event sent but
- * not answered (msgs[i].done false after the wait) was cut short by a
- * reload: it is neither delivered nor failed, and goes again.
+ * A place in the stream of first sends, as outbox.relay_cursor keeps it:
+ * every transaction visible in done is relayed; of the window (visible in
+ * window, not in done; window is 0 when none is open), the events up to
+ * (last_tx, last_id) in (tx, id) order are.
+ */
+typedef struct RelayPos
+{
+	Datum done;   /* pg_snapshot */
+	Datum window; /* pg_snapshot, or 0 */
+	uint64 last_tx;
+	int64 last_id;
+} RelayPos;
+
+/* What a message of a batch is to the relay. */
+typedef enum MsgFate
+{
+	FATE_IN_BATCH, /* its batch records it */
+	FATE_HELD,     /* not sent: waits behind an earlier event of its key */
+	FATE_HANDED,   /* recorded as 'sending'; its report is recorded alone */
+	FATE_SETTLED,  /* handed over, and its report recorded */
+	FATE_DROPPED   /* its batch was given up: it is read again */
+} MsgFate;
+
+/*
+ * Events read in one go, in order, and sent to Kafka.  Its memory is its
+ * own and lives until Kafka has answered for every message sent, however
+ * the batch was recorded meanwhile.
  */
 typedef struct RelayBatch
 {
-	int count;
+	dlist_node node;
+	MemoryContext memory;
+	bool retry;             /* retries: no place in the stream */
 	RelaySettings settings; /* as when the batch was read */
+	int count;
+	int capacity;
 	OutboxMessage *msgs;
+	MsgFate *fate;
 	uint64 *key_hash; /* hash of (topic, msg_key), per event */
-	bool *held;       /* not sent: an earlier event of its key waits */
-	int *attempts;    /* failed attempts so far (retries only) */
+	uint64 *tx;       /* first sends: each event's transaction */
+	int *attempts;    /* retries: failed attempts so far */
+	bool *due;        /* retries: due when read */
+	int recorded;     /* messages whose outcome is recorded or moot */
+	TimestampTz sent_at;
+	RelayPos before; /* first sends: the place before its first event */
+	RelayPos after;  /* and after its last */
 } RelayBatch;
 
-/* How a round of sending went, for the loop's pacing and status. */
-typedef enum RelayOutcome
+/* One event of a batch. */
+typedef struct RelayRef
 {
-	RELAY_IDLE,        /* nothing to send */
-	RELAY_SENT,        /* sent everything that was due */
-	RELAY_MORE,        /* sent a full batch; more is waiting */
-	RELAY_UNREACHABLE, /* the broker did not answer in time */
-	RELAY_BACKOFF,     /* nothing due: retries wait for their time */
-	RELAY_INTERRUPTED, /* a reload cut the wait for Kafka short */
-	RELAY_LOCKED       /* a step gave up waiting for a lock */
-} RelayOutcome;
+	RelayBatch *batch;
+	int i;
+} RelayRef;
 
-/* What a step does after relay_begin; a lock timeout in it is caught. */
-typedef void (*RelayStep)(void *arg);
+/* Outcomes counted for relay_status(), published by the loop. */
+typedef struct RelayTally
+{
+	uint64 sent;
+	uint64 failed;
+	uint64 retried;
+	const char *error; /* the latest failure's, static text */
+} RelayTally;
+
+/* step.c */
+extern bool relay_begin(const char *activity);
+extern bool relay_recreated(void);
+extern void relay_commit(void);
+extern const char *relay_activity(void);
+extern void relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs,
+						   const Oid *types, Datum *values, int expect,
+						   bool custom);
 
 /* batch.c */
-extern bool relay_begin(const char *activity);
-extern void relay_commit(void);
-extern HTAB *relay_key_set(void);
+extern RelaySettings relay_settings_now(void);
+extern RelayBatch *relay_batch_new(bool retry, const RelaySettings *settings,
+								   int capacity);
+extern void relay_batch_free(RelayBatch *batch);
+extern int relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc);
+extern bool relay_batch_send(RelayBatch *batch, int i, HeapTuple row,
+							 TupleDesc desc);
+extern bool relay_batch_answered(const RelayBatch *batch, int i);
+extern bool relay_batch_all_answered(const RelayBatch *batch);
+extern HTAB *relay_key_set(MemoryContext memory);
 extern void relay_key_add(HTAB *keys, uint64 hash);
 extern bool relay_key_has(HTAB *keys, uint64 hash);
-extern void relay_key_remove(HTAB *keys, uint64 hash);
 extern uint64 relay_key_hash(const char *topic, const char *key);
-extern const char *relay_activity(void);
-extern RelaySettings relay_settings_now(void);
-extern RelayBatch *relay_batch_load(SPITupleTable *rows, uint64 n,
-									const RelaySettings *settings);
-extern bool relay_batch_send(RelayBatch *batch, HTAB *blocked);
-extern bool relay_unanswered(const RelayBatch *batch, int i);
-extern HTAB *relay_pending_keys(void);
-extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
+extern uint64 relay_topic_hash(const char *topic);
 
-/* relay.c */
-extern RelayOutcome relay_first_sends(void);
-
-/* retry.c */
-extern RelayOutcome relay_retries(void);
-extern void relay_record_failure(const RelayBatch *batch, int i);
+/* event_state.c */
 extern void relay_set_state(int64 id, const char *status, int attempts,
 							int delay_ms, const char *error);
+extern void relay_record_failure(const RelayBatch *batch, int i);
+extern void relay_record_outcome(const RelayBatch *batch, int i);
+extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
+extern void relay_pending_keys(HTAB *keys);
+extern void relay_reset_sending(void);
+
+/* flight.c */
+extern void relay_flight_init(void);
+extern void relay_flight_push(RelayBatch *batch);
+extern RelayBatch *relay_flight_head(void);
+extern RelayBatch *relay_flight_next(RelayBatch *batch);
+extern RelayBatch *relay_flight_retry(void);
+extern void relay_flight_set_retry(RelayBatch *batch);
+extern void relay_flight_done(RelayBatch *batch);
+extern void relay_flight_drop_from(RelayBatch *batch, int from);
+extern void relay_flight_drop_all(bool handed_too);
+extern bool relay_flight_room(const RelaySettings *settings);
+extern bool relay_flight_empty(void);
+extern bool relay_flight_idle(void);
+extern bool relay_flight_may_hand_over(const RelayBatch *batch,
+									   TimestampTz now);
+extern TimestampTz relay_flight_next_handover(void);
+extern void relay_flight_hand_over(RelayBatch *batch, int i);
+extern bool relay_flight_topic_stuck(uint64 topic_hash);
+extern void relay_flight_held_keys(HTAB *keys);
+extern int relay_flight_answered_handed(RelayRef *out, int max);
+extern void relay_flight_settled(RelayRef *refs, int n);
+extern void relay_flight_sweep(void);
+extern void relay_tally(const OutboxMessage *msg, int attempts);
+extern RelayTally relay_flight_take_tally(void);
+
+/* first_sends.c */
+typedef enum RelayRead
+{
+	READ_NOTHING, /* nothing new */
+	READ_SOME,    /* a batch was read and sent */
+	READ_FULL,    /* no room in flight, or Kafka's queue is full */
+	READ_GONE     /* the extension is gone or being dropped */
+} RelayRead;
+
+extern RelayRead relay_first_sends_read(void);
+extern bool relay_first_sends_settle(TimestampTz now, bool *unreachable);
+extern void relay_first_sends_abandon(void);
+extern void relay_first_sends_restart(void);
+
+/* retries.c */
+extern RelayRead relay_retries_read(void);
+extern bool relay_retries_settle(TimestampTz now, bool *unreachable);
+extern bool relay_handed_settle(void);
+extern void relay_retries_abandon(void);
+
+/* worker.c */
+typedef void (*RelayStep)(void *arg);
+extern bool relay_guarded(RelayStep step, void *arg, const char *what);
 
 /* housekeeping.c */
 extern bool relay_paused(void);
-extern void relay_housekeeping(void);
-extern void relay_check_alert(void);
-
-/* worker.c */
-extern bool relay_guarded(RelayStep step, void *arg, const char *what);
-extern MemoryContext relay_batch_context(void);
-extern void relay_count(RelayBatch *batch, int upto);
+extern void relay_purge_step(void *arg);
+extern bool relay_purge_due(TimestampTz now);
+extern void relay_purge_done(TimestampTz now, int64 removed);
+extern bool relay_alert_due(TimestampTz now);
+extern void relay_alert_step(void *arg);
 
 #endif /* OUTBOX_RELAY_H */

@@ -43,25 +43,46 @@
 /* Steps whose lock waits are said apart: relaying, retention, alert. */
 #define RELAY_GUARDED_STEPS 4
 
+/* Longest a changed producer waits for its batches before it is remade. */
+#define DRAIN_MS 5000
+
 PGDLLEXPORT void outbox_relay_main(Datum main_arg);
 
-static MemoryContext round_context = NULL;
+/* What one round did, for the loop's pacing and status. */
+typedef struct Round
+{
+	bool worked;      /* recorded or sent something: go on at once */
+	bool unreachable; /* a batch failed at once for the broker's sake */
+	bool paused;
+	bool full;        /* the flight is full: wait for Kafka */
+} Round;
+
 static char *used_brokers = NULL; /* settings the producer was made with */
 static char *used_properties = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
+static bool started = false;         /* 'sending' rows of the last relay reset */
+static TimestampTz drain_since = 0;  /* the producer waits to be remade */
+static TimestampTz reads_at = 0;     /* first sends: not before (a backoff) */
+static TimestampTz retries_at = 0;   /* retries: not before */
+static int unreachable_ms = 0;
+static TimestampTz seen_ack = 0;
 static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
 
 static void pin_settings(void);
 static void apply_reload(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
-static void settle_producer(void);
+static void tend_producer(TimestampTz now);
+static void stop_producer_now(void);
 static void round_step(void *arg);
-static RelayOutcome relay_round(void);
+static void settle(Round *round, TimestampTz now);
+static void read_more(Round *round, TimestampTz now);
+static void housekeeping(TimestampTz now);
+static void after_round(const Round *round, TimestampTz now);
+static int wait_ms(const Round *round, TimestampTz now);
 static void lock_waited(const char *what, ErrorData *edata);
 static void lock_got(const char *what);
-static int pause_after(RelayOutcome outcome, int *unreachable_ms);
 static void log_stall(bool now_stalled);
 static void stop_producer(int code, Datum arg);
 static void set_state(OutboxRelayState state);
@@ -74,16 +95,13 @@ static void log_start(void);
 void
 outbox_relay_main(Datum main_arg)
 {
-	int unreachable_ms = 0;
-
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
 											  InvalidOid, 0);
 	pin_settings();
-	round_context = AllocSetContextCreate(
-		TopMemoryContext, "outbox relay round", ALLOCSET_DEFAULT_SIZES);
+	relay_flight_init();
 	outbox_relay_attach();
 	outbox_status_started();
 	on_proc_exit(stop_producer, (Datum) 0);
@@ -91,7 +109,8 @@ outbox_relay_main(Datum main_arg)
 
 	for (;;)
 	{
-		RelayOutcome outcome = RELAY_IDLE;
+		Round round = {0};
+		TimestampTz now;
 		int timeout;
 
 		CHECK_FOR_INTERRUPTS();
@@ -99,23 +118,38 @@ outbox_relay_main(Datum main_arg)
 			proc_exit(0);
 		if (ConfigReloadPending)
 			apply_reload();
-		if (producer_outdated())
-			outbox_kafka_stop();
-		if (ensure_producer() && !relay_guarded(round_step, &outcome, "relaying"))
-			outcome = RELAY_LOCKED;
-		settle_producer();
+		now = GetCurrentTimestamp();
+		tend_producer(now);
 		outbox_kafka_serve();
-		outbox_status_broker(outbox_kafka_broker_state());
-		if (outcome != RELAY_MORE && outcome != RELAY_INTERRUPTED)
-			relay_housekeeping();
-
-		timeout = pause_after(outcome, &unreachable_ms);
+		if (!relay_guarded(round_step, &round, "relaying"))
+		{
+			relay_first_sends_abandon();
+			relay_retries_abandon();
+		}
+		outbox_kafka_serve();
+		after_round(&round, now);
+		if (!round.worked)
+			housekeeping(now);
+		timeout = wait_ms(&round, now);
 		if (timeout == 0)
 			continue;
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout, PG_WAIT_EXTENSION);
+		pgstat_report_stat(true);
+		/* Say what the wait is for. */
+		if (!relay_flight_idle())
+			pgstat_report_activity(STATE_RUNNING,
+								   "waiting for Kafka acknowledgements");
+		if (outbox_kafka_wake_fd() >= 0)
+			(void) WaitLatchOrSocket(MyLatch,
+									 WL_LATCH_SET | WL_SOCKET_READABLE |
+										 WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									 outbox_kafka_wake_fd(), timeout,
+									 PG_WAIT_EXTENSION);
+		else
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
 
@@ -175,20 +209,6 @@ producer_outdated(void)
 		return false;
 	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
 		   strcmp(used_properties, outbox_kafka_properties) != 0;
-}
-
-/*
- * settle_producer: after a round cut short (by a reload or an error), stop
- * the producer if messages are still unanswered.  librdkafka keeps
- * pointers to them, into the round's memory, until it is destroyed, so
- * this must come before the next round resets that memory.  Their events
- * were not recorded as sent: they go again.
- */
-static void
-settle_producer(void)
-{
-	if (outbox_kafka_running() && !outbox_kafka_wait(0))
-		outbox_kafka_stop();
 }
 
 /*
@@ -276,50 +296,9 @@ lock_got(const char *what)
 		{
 			lock_waiting[i] = NULL;
 			ereport(LOG, (errmsg("outbox relay: %s got its locks again", what)));
+			set_state(RELAY_STATE_SENDING);
 		}
 	}
-}
-
-/*
- * relay_batch_context: memory for the current round, reset before each.
- */
-MemoryContext
-relay_batch_context(void)
-{
-	return round_context;
-}
-
-/*
- * relay_count: add a batch's first upto outcomes to the shared totals.
- */
-void
-relay_count(RelayBatch *batch, int upto)
-{
-	uint64 sent = 0;
-	uint64 failed = 0;
-	uint64 retried = 0;
-	const char *error = NULL;
-
-	for (int i = 0; i < upto; i++)
-	{
-		if (batch->held[i] || relay_unanswered(batch, i))
-			continue;
-		if (batch->msgs[i].error == 0)
-			sent++;
-		else
-		{
-			failed++;
-			error = batch->msgs[i].error_text;
-		}
-		if (batch->attempts[i] > 0)
-			retried++;
-	}
-	pg_atomic_fetch_add_u64(&outbox_shared->sent_total, sent);
-	pg_atomic_fetch_add_u64(&outbox_shared->failed_total, failed);
-	pg_atomic_fetch_add_u64(&outbox_shared->retried_total, retried);
-	outbox_status_batch(sent, failed);
-	if (error != NULL)
-		outbox_status_error(error);
 }
 
 /*
@@ -361,89 +340,212 @@ ensure_producer(void)
 }
 
 /*
- * round_step: relay_round as a guarded step; *arg receives its outcome.
+ * tend_producer: remake the producer when its settings changed (after its
+ * batches in flight are answered, or DRAIN_MS at most) or it failed
+ * fatally; make one if there is none.  Only here does a producer end, so
+ * nothing below the loop ever holds one that is gone.
+ */
+static void
+tend_producer(TimestampTz now)
+{
+	if (outbox_kafka_running() &&
+		(outbox_kafka_fatal() || producer_outdated()))
+	{
+		if (drain_since == 0)
+			drain_since = now;
+		if (outbox_kafka_fatal() || relay_flight_empty() ||
+			TimestampDifferenceExceeds(drain_since, now, DRAIN_MS))
+			stop_producer_now();
+	}
+	if (!outbox_kafka_running())
+		(void) ensure_producer();
+}
+
+/*
+ * stop_producer_now: stop the producer; what it did not answer for is
+ * read again (batches) or due again (handed-over events).
+ */
+static void
+stop_producer_now(void)
+{
+	outbox_kafka_stop();
+	relay_flight_drop_all(false);
+	relay_first_sends_restart();
+	drain_since = 0;
+}
+
+/*
+ * round_step: one round, as a guarded step: record what Kafka answered,
+ * then read and send more, if there is room.
  */
 static void
 round_step(void *arg)
 {
-	*(RelayOutcome *) arg = relay_round();
-}
+	Round *round = (Round *) arg;
+	TimestampTz now = GetCurrentTimestamp();
 
-/*
- * relay_round: due retries first, then the next batch of first sends.  A
- * round cut short by a reload stops there: the loop applies it first.
- */
-static RelayOutcome
-relay_round(void)
-{
-	RelayOutcome retries;
-	RelayOutcome firsts;
-
-	/* settle_producer ran: librdkafka holds no pointer into this memory. */
-	MemoryContextReset(round_context);
-	if (relay_paused())
+	if (!started && relay_begin("resetting handed-over events in outbox.event_state"))
 	{
-		set_state(RELAY_STATE_PAUSED);
-		return RELAY_IDLE;
+		relay_reset_sending();
+		relay_commit();
+		started = true;
 	}
-	/* "waiting for lock" stays until a round gets through (pause_after). */
-	if (outbox_shared->relay_state != RELAY_STATE_WAITING_FOR_LOCK)
-		set_state(RELAY_STATE_SENDING);
-	retries = relay_retries();
-	if (retries == RELAY_INTERRUPTED)
-		return retries;
-	firsts = relay_first_sends();
-	if (firsts == RELAY_INTERRUPTED)
-		return firsts;
-	if (retries == RELAY_UNREACHABLE || firsts == RELAY_UNREACHABLE)
-		return RELAY_UNREACHABLE;
-	if (retries == RELAY_MORE || firsts == RELAY_IDLE)
-		return retries;
-	return firsts;
+	if (relay_recreated())
+	{
+		ereport(LOG,
+				(errmsg("outbox relay: the extension was created again; the relay starts clean"),
+				 errdetail("What it was sending from the dropped extension is not recorded in the new one.")));
+		relay_flight_drop_all(true);
+		relay_first_sends_restart();
+		started = false;
+		return;
+	}
+	settle(round, now);
+	if (outbox_kafka_running() && drain_since == 0)
+		read_more(round, now);
 }
 
 /*
- * pause_after: how long to wait before the next round: none while a
- * backlog drains, a growing backoff while the broker is unreachable, else
- * until the next commit or outbox.poll_interval.
+ * settle: record what Kafka answered for, oldest first.
+ */
+static void
+settle(Round *round, TimestampTz now)
+{
+	bool unreachable = false;
+
+	round->worked |= relay_handed_settle();
+	if (relay_retries_settle(now, &unreachable))
+	{
+		round->worked = true;
+		retries_at = 0;
+	}
+	if (relay_first_sends_settle(now, &unreachable))
+	{
+		round->worked = true;
+		retries_at = 0; /* held or failed events may wait for a retry */
+	}
+	round->unreachable = unreachable;
+}
+
+/*
+ * read_more: due retries, then the next batch of first sends, unless the
+ * relay is paused or backs off from an unreachable broker.
+ */
+static void
+read_more(Round *round, TimestampTz now)
+{
+	RelayRead read;
+
+	round->paused = relay_paused();
+	if (round->paused || round->unreachable || now < reads_at)
+		return;
+	if (now >= retries_at)
+	{
+		read = relay_retries_read();
+		round->worked |= read == READ_SOME;
+		retries_at = TimestampTzPlusMilliseconds(
+			now, Min(outbox_backoff_min, outbox_poll_interval));
+	}
+	read = relay_first_sends_read();
+	round->worked |= read == READ_SOME;
+	round->full = read == READ_FULL;
+}
+
+/*
+ * housekeeping: retention and the backlog alert, each when due, while the
+ * relay has nothing else to do.
+ */
+static void
+housekeeping(TimestampTz now)
+{
+	if (relay_purge_due(now))
+	{
+		int64 removed = 0;
+
+		if (!relay_guarded(relay_purge_step, &removed, "retention"))
+			removed = 0;
+		relay_purge_done(now, removed);
+	}
+	if (relay_alert_due(now))
+		(void) relay_guarded(relay_alert_step, &now, "the backlog check");
+}
+
+/*
+ * after_round: publish what the round did, back off from an unreachable
+ * broker, and say when Kafka stops or starts acknowledging.
+ */
+static void
+after_round(const Round *round, TimestampTz now)
+{
+	RelayTally tally = relay_flight_take_tally();
+	TimestampTz ack = outbox_kafka_last_ack();
+	const char *problem;
+
+	pg_atomic_fetch_add_u64(&outbox_shared->sent_total, tally.sent);
+	pg_atomic_fetch_add_u64(&outbox_shared->failed_total, tally.failed);
+	pg_atomic_fetch_add_u64(&outbox_shared->retried_total, tally.retried);
+	if (tally.sent + tally.failed > 0)
+		outbox_status_batch(tally.sent, tally.failed);
+	if (tally.error != NULL)
+		outbox_status_error(tally.error);
+	if ((problem = outbox_kafka_new_problem()) != NULL)
+		outbox_status_error(problem);
+	outbox_status_broker(outbox_kafka_broker_state());
+
+	if (ack != seen_ack)
+	{
+		seen_ack = ack;
+		unreachable_ms = 0;
+		log_stall(false);
+	}
+	if (round->unreachable)
+	{
+		unreachable_ms = unreachable_ms == 0
+							 ? outbox_backoff_min
+							 : Min(unreachable_ms * 2, outbox_backoff_max);
+		reads_at = TimestampTzPlusMilliseconds(now, unreachable_ms);
+		log_stall(true);
+	}
+
+	if (outbox_shared->relay_state == RELAY_STATE_WAITING_FOR_LOCK &&
+		!round->worked && !relay_flight_idle())
+		return;
+	if (round->paused && relay_flight_empty())
+		set_state(RELAY_STATE_PAUSED);
+	else if (!outbox_kafka_running())
+		return; /* "not configured", said by ensure_producer */
+	else if (now < reads_at ||
+			 strcmp(outbox_kafka_broker_state(), "down") == 0)
+		set_state(RELAY_STATE_UNREACHABLE);
+	else if (!relay_flight_idle() || round->worked)
+		set_state(RELAY_STATE_SENDING);
+	else
+		set_state(RELAY_STATE_IDLE);
+}
+
+/*
+ * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
+ * a deadline: none after a round that worked, else until the next
+ * handover, backoff or outbox.poll_interval.
  */
 static int
-pause_after(RelayOutcome outcome, int *unreachable_ms)
+wait_ms(const Round *round, TimestampTz now)
 {
-	switch (outcome)
-	{
-		case RELAY_INTERRUPTED:
-			/* A reload is pending: the loop applies it at once. */
-			return 0;
-		case RELAY_LOCKED:
-			/* State and error were published by relay_guarded. */
-			return outbox_poll_interval;
-		case RELAY_MORE:
-			*unreachable_ms = 0;
-			set_state(RELAY_STATE_SENDING);
-			log_stall(false);
-			return 0;
-		case RELAY_UNREACHABLE:
-			*unreachable_ms = *unreachable_ms == 0
-								  ? outbox_backoff_min
-								  : Min(*unreachable_ms * 2, outbox_backoff_max);
-			set_state(RELAY_STATE_UNREACHABLE);
-			log_stall(true);
-			return *unreachable_ms;
-		case RELAY_BACKOFF:
-			*unreachable_ms = 0;
-			set_state(RELAY_STATE_BACKING_OFF);
-			return outbox_poll_interval;
-		default:
-			*unreachable_ms = 0;
-			if (outcome == RELAY_SENT)
-				log_stall(false);
-			/* Paused and "not configured" last until the next round says. */
-			if (outbox_shared->relay_state != RELAY_STATE_PAUSED &&
-				outbox_shared->relay_state != RELAY_STATE_UNCONFIGURED)
-				set_state(RELAY_STATE_IDLE);
-			return outbox_poll_interval;
-	}
+	TimestampTz until = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
+	TimestampTz handover = relay_flight_next_handover();
+	long secs;
+	int usecs;
+
+	if (round->worked && !round->full)
+		return 0;
+	if (handover != 0)
+		until = Min(until, handover);
+	if (reads_at > now)
+		until = Min(until, reads_at);
+	if (until <= now)
+		return 1;
+	TimestampDifference(now, until, &secs, &usecs);
+	return (int) Max(1, secs * 1000 + usecs / 1000);
 }
 
 /*

@@ -10,11 +10,10 @@ LOCKER_PID=
 # leave one acknowledged but unrecorded batch to be sent again, so the
 # README's bound on duplicates is CRASHES x outbox.batch_size.
 CRASHES=0
-# "L H K" per relay killed between Kafka's acknowledgement and its record:
-# the cursor's window_last_id and window_max_id at the kill, and the kill's
-# number in chaos_recorded (the window's events recorded before it).  The
-# events just after L were in Kafka and must arrive again; those recorded
-# must not.
+# The number K of each relay killed between Kafka's acknowledgement and
+# its record: chaos_recorded holds, under K, the window's events recorded
+# before the kill, and chaos_unrecorded those past the cursor's place.  Some
+# of the latter were in Kafka and must arrive again; the recorded must not.
 UNRECORDED=()
 
 # node_ctl DATA PORT ARGS...: pg_ctl on one node of the pair.
@@ -144,7 +143,7 @@ t_relay_killed() {
 # for want of any), and t_outcome checks which: the batch in flight comes
 # again, the batches recorded before it do not.
 t_relay_killed_unrecorded() {
-    local try pid batch cursor recorded kill=$((${#UNRECORDED[@]} + 1))
+    local try pid batch recorded kill=$((${#UNRECORDED[@]} + 1))
     batch=$(sql "SHOW outbox.batch_size")
     for try in 1 2 3; do
         pid=$(relay_pid)
@@ -154,15 +153,15 @@ t_relay_killed_unrecorded() {
             || { sql "SELECT outbox.resume()" >/dev/null; fail "no backlog of 2.5 batches in 120 s"; return; }
         sql "SELECT outbox.resume()" >/dev/null
         if cursor_locker_start "$pid" && wait_relay_blocked "$pid" "recording deliveries%" 35 \
-            && [ "$(sql "SELECT count(*) FILTER (WHERE id <= last) > 0 AND count(*) FILTER (WHERE id > last) > 0
+            && [ "$(sql "SELECT count(*) FILTER (WHERE relayed) > 0 AND count(*) FILTER (WHERE NOT relayed) > 0
                           FROM ($WINDOW_SQL) w")" = t ]; then
-            sql "INSERT INTO chaos_recorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE id <= last"
-            cursor=$(sql "SELECT window_last_id || ' ' || window_max_id FROM outbox.relay_cursor")
+            sql "INSERT INTO chaos_recorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE relayed"
+            sql "INSERT INTO chaos_unrecorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE NOT relayed"
             recorded=$(sql "SELECT count(*) FROM chaos_recorded WHERE kill = $kill")
             kill -KILL "$pid" && CRASHES=$((CRASHES + 1))
-            UNRECORDED+=("$cursor $kill")
+            UNRECORDED+=("$kill")
             cursor_locker_stop
-            echo "#   killed before recording the batch after event ${cursor% *}, $recorded events of its window recorded (try $try)"
+            echo "#   killed before recording a batch, $recorded events of its window recorded (try $try)"
             wait_until 60 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid" \
                 || fail "the relay did not come back"
             return
@@ -172,9 +171,10 @@ t_relay_killed_unrecorded() {
     fail "the relay was never caught between sending and recording a batch mid-window in 3 tries"
 }
 
-# The open window's events, each with the cursor's window_last_id.
-WINDOW_SQL="SELECT l.id, c.window_last_id AS last FROM outbox.event_log l, outbox.relay_cursor c
-             WHERE c.window_snapshot IS NOT NULL AND l.id <= c.window_max_id
+# The open window's events, each with whether the cursor's place is past it.
+WINDOW_SQL="SELECT l.id, ROW(l.tx, l.id) <= ROW(c.window_last_tx, c.window_last_id) AS relayed
+              FROM outbox.event_log l, outbox.relay_cursor c
+             WHERE c.window_snapshot IS NOT NULL
                AND l.tx >= pg_snapshot_xmin(c.done_snapshot)
                AND pg_visible_in_snapshot(l.tx, c.window_snapshot)
                AND NOT pg_visible_in_snapshot(l.tx, c.done_snapshot)"
@@ -193,7 +193,7 @@ BEGIN
     LOOP
         PERFORM pg_stat_clear_snapshot();
         IF (SELECT query = 'waiting for Kafka acknowledgements' FROM pg_stat_activity WHERE pid = $1) THEN
-            EXIT WHEN EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE id <= last);
+            EXIT WHEN EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE relayed);
         END IF;
         IF clock_timestamp() > deadline THEN
             RAISE EXCEPTION 'the relay sent no batch mid-window in 30 s';
@@ -377,7 +377,7 @@ t_outcome() {
 # most one batch per crash; every batch the relay was killed before
 # recording arrived again.
 check_duplicates() {
-    local dups batch starts range last max kill
+    local dups batch starts kill
     dups=$(sql "SELECT count(*) - count(DISTINCT ref) FROM chaos_delivered")
     batch=$(sql "SHOW outbox.batch_size")
     starts=$(cat "$CLUSTER_DIR"/node-*.log | grep -c 'outbox relay started' || true)
@@ -386,12 +386,11 @@ check_duplicates() {
     [ "$dups" -gt 0 ] || fail "no duplicate delivered: the dedupe checks proved nothing"
     [ "$dups" -le $((CRASHES * batch)) ] \
         || fail "duplicates delivered: $dups, more than one batch of $batch per crash ($CRASHES crashes)"
-    for range in "${UNRECORDED[@]}"; do
-        read -r last max kill <<<"$range"
-        [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM chaos_delivered WHERE event_id > $last
-                   AND event_id <= $max GROUP BY 1 HAVING count(*) > 1) d")" -gt 0 ] \
-            || fail "the batch after event $last, acknowledged but not recorded, did not arrive twice"
-        must_be_0 "recorded before the crash after $last, sent again" "SELECT count(*) FROM chaos_recorded r
+    for kill in "${UNRECORDED[@]}"; do
+        [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM chaos_delivered d JOIN chaos_unrecorded u
+                   ON u.id = d.event_id AND u.kill = $kill GROUP BY 1 HAVING count(*) > 1) d")" -gt 0 ] \
+            || fail "no event past the cursor at kill $kill, acknowledged but not recorded, arrived twice"
+        must_be_0 "recorded before crash $kill, sent again" "SELECT count(*) FROM chaos_recorded r
             JOIN (SELECT event_id FROM chaos_delivered GROUP BY 1 HAVING count(*) > 1) d ON d.event_id = r.id
             WHERE r.kill = $kill"
     done

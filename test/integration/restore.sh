@@ -30,7 +30,7 @@ events_in_every_state() {
     IT_DB=$db wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "$db: relay not paused"
     IT_DB=$db sql "SELECT outbox.enqueue('T', k, '{}', topic => '$topic') FROM unnest(ARRAY['r-1', 'd-1']) k" >/dev/null
     IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
-                          window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
+                          window_snapshot = NULL, window_last_tx = '0', window_last_id = 0;
                    INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
                    SELECT id, CASE biz_key WHEN 'r-1' THEN 'new' ELSE 'dead' END,
                           CASE biz_key WHEN 'r-1' THEN 1 ELSE 3 END, now(), 'refused in a test'

@@ -1,0 +1,215 @@
+/*
+ * event_state.c
+ *		Rows of outbox.event_state: events that did not go out on their
+ *		first try, their backoff and their death.
+ *
+ * A failed event gets a row and is tried again after an exponential,
+ * jittered backoff.  After outbox.max_attempts failures of its own (the
+ * broker refused it, or refused its topic) it becomes dead; failures for
+ * the broker's sake (timeouts while no broker answers, broker unreachable)
+ * are counted and shown but never make an event dead, so an outage,
+ * however long, loses nothing.  'new' rows wait for a retry, 'sending'
+ * rows are in flight and answered for one by one; both hold back the
+ * later events of their key.
+ *
+ * src/event_state.c
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "outbox.h"
+#include "relay.h"
+
+/*
+ * Run as a superuser: schema-qualified functions and operators, and the
+ * times computed here and passed typed, so that no expression resolves to
+ * an object a database owner could create (such as an operator
+ * *(integer, interval) in public, which pg_catalog lacks).
+ */
+static const char *const set_state_sql =
+	"INSERT INTO outbox.event_state AS s"
+	"  (id, status, attempts, next_attempt_at, last_error, updated_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6)"
+	" ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status,"
+	"  attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,"
+	"  last_error = COALESCE(EXCLUDED.last_error, s.last_error),"
+	"  updated_at = EXCLUDED.updated_at";
+
+static const char *const pending_keys_sql =
+	"SELECT l.topic, l.msg_key"
+	"  FROM outbox.event_state s JOIN outbox.event_log l"
+	"    ON l.id OPERATOR(pg_catalog.=) s.id"
+	" WHERE s.status OPERATOR(pg_catalog.=) ANY ('{new,sending}'::text[])";
+
+/* At start nothing is in flight: 'sending' rows are due again. */
+static const char *const reset_sending_sql =
+	"UPDATE outbox.event_state SET status = 'new'"
+	" WHERE status OPERATOR(pg_catalog.=) 'sending'";
+
+static SPIPlanPtr set_state_plan = NULL;
+static SPIPlanPtr pending_keys_plan = NULL;
+static SPIPlanPtr reset_sending_plan = NULL;
+
+static const char *failure_text(const RelayBatch *batch, int i, bool *refused);
+
+/*
+ * relay_set_state: write an event's delivery state, due again delay_ms
+ * after the transaction's start (now() in SQL).  Call inside relay_begin.
+ */
+void
+relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
+				const char *error)
+{
+	Oid types[6] = {INT8OID,        TEXTOID, INT4OID,
+					TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID};
+	Datum values[6];
+	char nulls[6] = {' ', ' ', ' ', ' ', error ? ' ' : 'n', ' '};
+	SPIPlanPtr plan =
+		outbox_keep_plan(&set_state_plan, set_state_sql, 6, types, false);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int rc;
+
+	values[0] = Int64GetDatum(id);
+	values[1] = CStringGetTextDatum(status);
+	values[2] = Int32GetDatum(attempts);
+	values[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, delay_ms));
+	values[4] = error ? CStringGetTextDatum(error) : (Datum) 0;
+	values[5] = TimestampTzGetDatum(now);
+	rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR,
+			 "outbox relay: could not record the state of event " INT64_FORMAT
+			 ": %s",
+			 id, SPI_result_code_string(rc));
+}
+
+/*
+ * relay_record_outcome: what Kafka answered for event i of batch, which
+ * has a state row of its own: sent, or failed once more.
+ */
+void
+relay_record_outcome(const RelayBatch *batch, int i)
+{
+	const OutboxMessage *msg = &batch->msgs[i];
+
+	if (msg->error == 0)
+		relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
+	else
+		relay_record_failure(batch, i);
+}
+
+/*
+ * relay_record_failure: note a failed try of event i of batch, which had
+ * failed batch->attempts[i] times before: back off, or declare it dead,
+ * by the settings the batch was read with.  A purge (the producer was
+ * stopped) is no try: the event is due again at once, uncounted.
+ */
+void
+relay_record_failure(const RelayBatch *batch, int i)
+{
+	const OutboxMessage *msg = &batch->msgs[i];
+	bool refused = !msg->transient;
+	const char *error = failure_text(batch, i, &refused);
+	int failures = batch->attempts[i] + 1;
+	bool dead = refused && failures >= batch->settings.max_attempts;
+
+	if (msg->purged)
+	{
+		relay_set_state(msg->event_id, "new", batch->attempts[i], 0, NULL);
+		return;
+	}
+	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
+					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
+					error);
+	if (dead)
+		ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
+							 " is dead after %d failed attempts: %s",
+							 msg->event_id, failures, error)));
+}
+
+/*
+ * failure_text: why event i failed, in at most a few hundred bytes.  A
+ * timeout is the broker's sake unless the cluster, which acknowledges
+ * others, reports an error for the event's topic: then *refused.
+ */
+static const char *
+failure_text(const RelayBatch *batch, int i, bool *refused)
+{
+	const OutboxMessage *msg = &batch->msgs[i];
+	char reported[256];
+
+	if (msg->timed_out &&
+		outbox_kafka_topic_refused(msg->topic, reported, sizeof(reported)))
+	{
+		*refused = true;
+		return psprintf("%s; the cluster reports for topic \"%.200s\": %s",
+						msg->error_text, msg->topic, reported);
+	}
+	return msg->error_text ? msg->error_text : "delivery failed";
+}
+
+/*
+ * relay_backoff_ms: how long to wait before the next try after the given
+ * number of failed ones, within [backoff_min, backoff_max]: the n-th wait
+ * is drawn from [c/2, c], c = backoff_min * 2^n capped at backoff_max, so
+ * that failures do not retry in step, the first ones included.
+ */
+int
+relay_backoff_ms(const RelaySettings *settings, int attempts)
+{
+	double ceiling = settings->backoff_min;
+	double floor;
+
+	for (int i = 0; i < attempts && ceiling < settings->backoff_max; i++)
+		ceiling *= 2;
+	ceiling = Min(ceiling, (double) settings->backoff_max);
+	floor = Max(ceiling / 2, (double) settings->backoff_min);
+	if (floor >= ceiling)
+		return (int) floor;
+	return (int) (floor +
+				  (ceiling - floor) * pg_prng_double(&pg_global_prng_state));
+}
+
+/*
+ * relay_pending_keys: add to keys those of the events that wait for a
+ * retry or are in flight one by one: they hold back every later event of
+ * theirs.  Call inside relay_begin.
+ */
+void
+relay_pending_keys(HTAB *keys)
+{
+	SPIPlanPtr plan =
+		outbox_keep_plan(&pending_keys_plan, pending_keys_sql, 0, NULL, false);
+	int rc = SPI_execute_plan(plan, NULL, NULL, true, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "outbox relay: pending keys query failed: %s",
+			 SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple row = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		char *topic = SPI_getvalue(row, desc, 1);
+		char *key = SPI_getvalue(row, desc, 2);
+
+		relay_key_add(keys, relay_key_hash(topic ? topic : "", key ? key : ""));
+	}
+}
+
+/*
+ * relay_reset_sending: at start, events handed over by an earlier relay
+ * are in nobody's hands: make them due again.  Call inside relay_begin.
+ */
+void
+relay_reset_sending(void)
+{
+	relay_run_plan(&reset_sending_plan, reset_sending_sql, 0, NULL, NULL,
+				   SPI_OK_UPDATE, false);
+}

@@ -1,0 +1,463 @@
+/*
+ * flight.c
+ *		The batches Kafka has not answered for yet, and their bounds.
+ *
+ * First sends are a queue in stream order: several batches are in flight
+ * while the oldest is answered, and progress is recorded from the head
+ * only, so the cursor never passes an event Kafka has not answered for.
+ * Retries have one slot of their own.  What librdkafka holds for the relay
+ * is bounded by outbox.max_in_flight_events and outbox.max_in_flight_size.
+ *
+ * A batch whose events are all answered but a few, while Kafka has
+ * acknowledged later ones, holds a stuck topic or partition: those few are
+ * handed over (recorded as 'sending', answered for one by one) after
+ * HANDOVER_MS, so that the head moves on and every other topic keeps its
+ * pace.  Their topic counts as stuck until they are answered: its later
+ * events wait in outbox.event_state instead of filling the flight.  When
+ * Kafka acknowledges nothing (an outage) nothing is handed over: the
+ * batches wait for librdkafka's message.timeout.ms, then go again.
+ *
+ * A batch recorded or given up while messages of it are unanswered
+ * lingers, with its memory (librdkafka points into it), until they are.
+ *
+ * src/flight.c
+ */
+#include "postgres.h"
+
+#include "lib/ilist.h"
+#include "utils/memutils.h"
+
+#include "outbox.h"
+#include "relay.h"
+
+/* How long a batch's head waits before its stragglers are handed over. */
+#define HANDOVER_MS 1000
+
+/* A stuck topic: how many of its handed-over events are unanswered. */
+typedef struct StuckTopic
+{
+	uint64 hash;
+	int waiting;
+} StuckTopic;
+
+static dlist_head queue = DLIST_STATIC_INIT(queue);
+static RelayBatch *retry_batch = NULL;
+static dlist_head lingering = DLIST_STATIC_INIT(lingering);
+static HTAB *stuck = NULL;
+static RelayTally tally;
+
+static void drop_messages(RelayBatch *batch, int from, bool handed_too);
+static void let_go(RelayBatch *batch);
+static bool freeable(const RelayBatch *batch);
+static void unstick(RelayBatch *batch, int i);
+
+/*
+ * relay_flight_init: the set of stuck topics, for the life of the relay.
+ */
+void
+relay_flight_init(void)
+{
+	HASHCTL ctl;
+
+	ctl.keysize = sizeof(uint64);
+	ctl.entrysize = sizeof(StuckTopic);
+	ctl.hcxt = TopMemoryContext;
+	stuck = hash_create("outbox stuck topics", 16, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/*
+ * relay_flight_push: a batch of first sends joins the queue, before its
+ * first message is sent (from then on librdkafka may point into it).
+ */
+void
+relay_flight_push(RelayBatch *batch)
+{
+	dlist_push_tail(&queue, &batch->node);
+}
+
+/*
+ * relay_flight_head: the oldest batch of first sends, or NULL.
+ */
+RelayBatch *
+relay_flight_head(void)
+{
+	if (dlist_is_empty(&queue))
+		return NULL;
+	return dlist_head_element(RelayBatch, node, &queue);
+}
+
+/*
+ * relay_flight_next: the batch of first sends after batch, or NULL.
+ */
+RelayBatch *
+relay_flight_next(RelayBatch *batch)
+{
+	if (!dlist_has_next(&queue, &batch->node))
+		return NULL;
+	return dlist_container(RelayBatch, node, dlist_next_node(&queue, &batch->node));
+}
+
+/*
+ * relay_flight_retry: the batch of retries in flight, or NULL.
+ */
+RelayBatch *
+relay_flight_retry(void)
+{
+	return retry_batch;
+}
+
+/*
+ * relay_flight_set_retry: the batch of retries now in flight.
+ */
+void
+relay_flight_set_retry(RelayBatch *batch)
+{
+	Assert(retry_batch == NULL);
+	retry_batch = batch;
+}
+
+/*
+ * relay_flight_done: the batch recorded everything of its own; what is
+ * left in flight of it is handed over or dropped.
+ */
+void
+relay_flight_done(RelayBatch *batch)
+{
+	if (batch == retry_batch)
+		retry_batch = NULL;
+	else
+		dlist_delete(&batch->node);
+	let_go(batch);
+}
+
+/*
+ * relay_flight_drop_from: give up event from of batch, the events after
+ * it and every later batch of first sends: they are read again, and any
+ * answer Kafka gives for them is ignored.
+ */
+void
+relay_flight_drop_from(RelayBatch *batch, int from)
+{
+	dlist_mutable_iter iter;
+	bool later = false;
+
+	dlist_foreach_modify(iter, &queue)
+	{
+		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
+
+		if (b == batch)
+			later = true;
+		if (!later)
+			continue;
+		drop_messages(b, b == batch ? from : 0, false);
+		dlist_delete(&b->node);
+		let_go(b);
+	}
+}
+
+/*
+ * relay_flight_drop_all: give up every batch in flight (the producer
+ * stopped, or the extension was created again: then handed_too, for the
+ * rows they were handed over to are gone).
+ */
+void
+relay_flight_drop_all(bool handed_too)
+{
+	RelayBatch *head = relay_flight_head();
+	dlist_mutable_iter iter;
+
+	if (head != NULL)
+		relay_flight_drop_from(head, 0);
+	if (retry_batch != NULL)
+	{
+		drop_messages(retry_batch, 0, false);
+		relay_flight_done(retry_batch);
+	}
+	if (!handed_too)
+		return;
+	dlist_foreach_modify(iter, &lingering)
+	{
+		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
+
+		drop_messages(b, 0, true);
+		dlist_delete(&b->node);
+		let_go(b);
+	}
+}
+
+/*
+ * relay_flight_room: whether librdkafka holds less than the settings allow.
+ */
+bool
+relay_flight_room(const RelaySettings *settings)
+{
+	int messages;
+	size_t bytes;
+
+	outbox_kafka_in_flight(&messages, &bytes);
+	return messages < settings->max_in_flight_events &&
+		   bytes < (size_t) settings->max_in_flight_size;
+}
+
+/*
+ * relay_flight_empty: whether no batch waits to be recorded.
+ */
+bool
+relay_flight_empty(void)
+{
+	return dlist_is_empty(&queue) && retry_batch == NULL;
+}
+
+/*
+ * relay_flight_idle: whether nothing at all is in flight.
+ */
+bool
+relay_flight_idle(void)
+{
+	return relay_flight_empty() && dlist_is_empty(&lingering);
+}
+
+/*
+ * relay_flight_may_hand_over: whether batch's unanswered events are stuck
+ * rather than slow: it waited HANDOVER_MS, and Kafka acknowledged
+ * something since it was sent.
+ */
+bool
+relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
+{
+	return TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS) &&
+		   outbox_kafka_last_ack() > batch->sent_at;
+}
+
+/*
+ * relay_flight_next_handover: when the oldest batch of first sends or the
+ * batch of retries may hand over, for the loop's wait; 0 if neither can
+ * (nothing waits, or Kafka acknowledged nothing since: an answer wakes
+ * the loop anyway).
+ */
+TimestampTz
+relay_flight_next_handover(void)
+{
+	RelayBatch *candidates[2] = {relay_flight_head(), retry_batch};
+	TimestampTz at = 0;
+
+	for (int c = 0; c < 2; c++)
+	{
+		RelayBatch *b = candidates[c];
+		TimestampTz when;
+
+		if (b == NULL || outbox_kafka_last_ack() <= b->sent_at ||
+			relay_batch_all_answered(b))
+			continue;
+		when = TimestampTzPlusMilliseconds(b->sent_at, HANDOVER_MS);
+		at = at == 0 ? when : Min(at, when);
+	}
+	return at;
+}
+
+/*
+ * relay_flight_hand_over: event i of batch is recorded as 'sending'; its
+ * topic is stuck until Kafka answers for it.
+ */
+void
+relay_flight_hand_over(RelayBatch *batch, int i)
+{
+	uint64 hash = relay_topic_hash(batch->msgs[i].topic);
+	bool found;
+	StuckTopic *topic = hash_search(stuck, &hash, HASH_ENTER, &found);
+
+	if (!found)
+		topic->waiting = 0;
+	topic->waiting++;
+	batch->fate[i] = FATE_HANDED;
+}
+
+/*
+ * relay_flight_topic_stuck: whether events of the topic wait for Kafka's
+ * answer one by one.
+ */
+bool
+relay_flight_topic_stuck(uint64 topic_hash)
+{
+	bool found;
+
+	(void) hash_search(stuck, &topic_hash, HASH_FIND, &found);
+	return found;
+}
+
+/*
+ * relay_flight_held_keys: add to keys those of the events of first sends in
+ * flight that were held back or refused at once: later events of theirs,
+ * read before these are recorded, must wait too.
+ */
+void
+relay_flight_held_keys(HTAB *keys)
+{
+	dlist_iter iter;
+
+	dlist_foreach(iter, &queue)
+	{
+		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
+
+		for (int i = 0; i < b->count; i++)
+		{
+			if (b->fate[i] == FATE_HELD ||
+				(b->msgs[i].done && b->msgs[i].error != 0))
+				relay_key_add(keys, b->key_hash[i]);
+		}
+	}
+}
+
+/*
+ * relay_flight_answered_handed: up to max handed-over events Kafka has
+ * answered for, for the caller to record; then relay_flight_settled.
+ */
+int
+relay_flight_answered_handed(RelayRef *out, int max)
+{
+	dlist_iter iter;
+	int n = 0;
+
+	dlist_foreach(iter, &lingering)
+	{
+		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
+
+		for (int i = 0; i < b->count && n < max; i++)
+		{
+			if (b->fate[i] != FATE_HANDED || !b->msgs[i].done)
+				continue;
+			out[n].batch = b;
+			out[n].i = i;
+			n++;
+		}
+	}
+	return n;
+}
+
+/*
+ * relay_flight_settled: the n events of refs are recorded; batches with
+ * nothing left in flight are let go.
+ */
+void
+relay_flight_settled(RelayRef *refs, int n)
+{
+	dlist_mutable_iter iter;
+
+	for (int k = 0; k < n; k++)
+		unstick(refs[k].batch, refs[k].i);
+	dlist_foreach_modify(iter, &lingering)
+	{
+		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
+
+		if (freeable(b))
+		{
+			dlist_delete(&b->node);
+			relay_batch_free(b);
+		}
+	}
+}
+
+/*
+ * relay_flight_sweep: let go of lingering batches Kafka has answered for
+ * entirely and that hold nothing to record.
+ */
+void
+relay_flight_sweep(void)
+{
+	relay_flight_settled(NULL, 0);
+}
+
+/*
+ * relay_tally: count an answered event for relay_status().
+ */
+void
+relay_tally(const OutboxMessage *msg, int attempts)
+{
+	if (msg->purged)
+		return;
+	if (msg->error == 0)
+		tally.sent++;
+	else
+	{
+		tally.failed++;
+		tally.error = msg->error_text;
+	}
+	if (attempts > 0)
+		tally.retried++;
+}
+
+/*
+ * relay_flight_take_tally: what was counted since the last call.
+ */
+RelayTally
+relay_flight_take_tally(void)
+{
+	RelayTally taken = tally;
+
+	memset(&tally, 0, sizeof(tally));
+	return taken;
+}
+
+/*
+ * drop_messages: events from onwards of batch not yet recorded (and, with
+ * handed_too, the handed-over ones) are given up.
+ */
+static void
+drop_messages(RelayBatch *batch, int from, bool handed_too)
+{
+	for (int i = from; i < batch->count; i++)
+	{
+		if (batch->fate[i] == FATE_IN_BATCH || batch->fate[i] == FATE_HELD)
+			batch->fate[i] = FATE_DROPPED;
+		else if (handed_too && batch->fate[i] == FATE_HANDED)
+		{
+			unstick(batch, i);
+			batch->fate[i] = FATE_DROPPED;
+		}
+	}
+}
+
+/*
+ * let_go: free a batch out of the queue, or keep it lingering while Kafka
+ * owes answers for it.
+ */
+static void
+let_go(RelayBatch *batch)
+{
+	if (freeable(batch))
+		relay_batch_free(batch);
+	else
+		dlist_push_tail(&lingering, &batch->node);
+}
+
+/*
+ * freeable: whether nothing of batch is in flight or left to record.
+ */
+static bool
+freeable(const RelayBatch *batch)
+{
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (batch->fate[i] == FATE_HANDED ||
+			(batch->msgs[i].queued && !batch->msgs[i].done))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * unstick: event i of batch, handed over, is recorded (or dropped): its
+ * topic waits for one fewer.
+ */
+static void
+unstick(RelayBatch *batch, int i)
+{
+	uint64 hash = relay_topic_hash(batch->msgs[i].topic);
+	bool found;
+	StuckTopic *topic = hash_search(stuck, &hash, HASH_FIND, &found);
+
+	batch->fate[i] = FATE_SETTLED;
+	if (found && --topic->waiting <= 0)
+		(void) hash_search(stuck, &hash, HASH_REMOVE, NULL);
+}

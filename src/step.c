@@ -1,0 +1,122 @@
+/*
+ * step.c
+ *		The transaction bracket around every step of relaying, the way
+ *		worker_spi brackets a unit of work, and running a kept plan.
+ *
+ * src/step.c
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "storage/lmgr.h"
+#include "utils/snapmgr.h"
+
+#include "outbox.h"
+#include "relay.h"
+
+/* The extension this relay serves, by its pg_extension OID. */
+static Oid served_extension = InvalidOid;
+
+/* Set when the extension was created again; taken by relay_recreated. */
+static bool recreated = false;
+
+/* What the current step is doing, as pg_stat_activity shows it. */
+static const char *current_activity = "";
+
+/*
+ * relay_begin: start a transaction for one step.  False, with no
+ * transaction open, if the extension is not installed or is being
+ * dropped: the lock is taken conditionally, so the relay never makes DROP
+ * EXTENSION wait for it.
+ *
+ * False too when the extension was dropped and created again since the
+ * last step (relay_recreated then says so once): what is in flight was
+ * read from the old one and must not be recorded in the new one, whose
+ * cursor and event ids start afresh.
+ */
+bool
+relay_begin(const char *activity)
+{
+	Oid ext;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	current_activity = activity;
+	ext = get_extension_oid("outbox", true);
+	if (!OidIsValid(ext) || !ConditionalLockDatabaseObject(
+								ExtensionRelationId, ext, 0, AccessShareLock))
+	{
+		CommitTransactionCommand();
+		return false;
+	}
+	if (ext != served_extension)
+	{
+		recreated = OidIsValid(served_extension);
+		served_extension = ext;
+		if (recreated)
+		{
+			CommitTransactionCommand();
+			return false;
+		}
+	}
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+	return true;
+}
+
+/*
+ * relay_recreated: whether the extension was created again since the
+ * last call; the caller drops everything it holds.
+ */
+bool
+relay_recreated(void)
+{
+	bool was = recreated;
+
+	recreated = false;
+	return was;
+}
+
+/*
+ * relay_commit: end the step's transaction.
+ */
+void
+relay_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * relay_activity: what the current or latest step was doing.
+ */
+const char *
+relay_activity(void)
+{
+	return current_activity;
+}
+
+/*
+ * relay_run_plan: execute a kept plan and insist on its result code.
+ * custom plans anew for each call's values, where a generic plan could
+ * not see how narrow a parameter's range is.
+ */
+void
+relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs, const Oid *types,
+			   Datum *values, int expect, bool custom)
+{
+	SPIPlanPtr plan = outbox_keep_plan(cache, sql, nargs, types, custom);
+	int rc = SPI_execute_plan(plan, values, NULL, false, 0);
+
+	if (rc != expect)
+		elog(ERROR, "outbox relay: \"%s\" failed: %s", sql,
+			 SPI_result_code_string(rc));
+}
