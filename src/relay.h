@@ -122,6 +122,7 @@ typedef struct RelayTally
 /* step.c */
 extern bool relay_begin(const char *activity);
 extern bool relay_recreated(void);
+extern bool relay_needs_update(void);
 extern void relay_commit(void);
 extern const char *relay_activity(void);
 extern void relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs,

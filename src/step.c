@@ -7,12 +7,18 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "pgstat.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/snapmgr.h"
 
 #include "outbox.h"
@@ -21,11 +27,17 @@
 /* The extension this relay serves, by its pg_extension OID. */
 static Oid served_extension = InvalidOid;
 
+/* Whether its version is the one this library relays; said once if not. */
+static bool version_ok = false;
+static bool version_said = false;
+
 /* Set when the extension was created again; taken by relay_recreated. */
 static bool recreated = false;
 
 /* What the current step is doing, as pg_stat_activity shows it. */
 static const char *current_activity = "";
+
+static bool version_current(Oid ext);
 
 /*
  * relay_begin: start a transaction for one step.  False, with no
@@ -57,16 +69,76 @@ relay_begin(const char *activity)
 	{
 		recreated = OidIsValid(served_extension);
 		served_extension = ext;
+		version_ok = false;
+		version_said = false;
 		if (recreated)
 		{
 			CommitTransactionCommand();
 			return false;
 		}
 	}
+	if (!version_ok && !(version_ok = version_current(ext)))
+	{
+		CommitTransactionCommand();
+		return false;
+	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
 	return true;
+}
+
+/*
+ * version_current: whether the extension's installed version is the one
+ * this library's relay reads and writes; if not, say once that it waits
+ * for ALTER EXTENSION ... UPDATE (its events wait too: nothing is lost).
+ */
+static bool
+version_current(Oid ext)
+{
+	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple tuple;
+	char *version = NULL;
+	bool isnull;
+
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ext));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		Datum d = heap_getattr(tuple, Anum_pg_extension_extversion,
+							   RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	if (version != NULL && strcmp(version, OUTBOX_VERSION) == 0)
+		return true;
+	if (!version_said)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox relay: the extension here is version %s, the server's library is %s; the relay waits",
+						version ? version : "unknown", OUTBOX_VERSION),
+				 errdetail("Events are kept and sent once the extension is updated."),
+				 errhint("Run ALTER EXTENSION outbox UPDATE in this database.")));
+		version_said = true;
+	}
+	return false;
+}
+
+/*
+ * relay_needs_update: whether the relay waits for ALTER EXTENSION UPDATE.
+ */
+bool
+relay_needs_update(void)
+{
+	return OidIsValid(served_extension) && !version_ok;
 }
 
 /*

@@ -490,6 +490,8 @@ after_round(const Round *round, TimestampTz now)
 		outbox_status_error(tally.error);
 	if ((problem = outbox_kafka_new_problem()) != NULL)
 		outbox_status_error(problem);
+	if (relay_needs_update())
+		outbox_status_error("the extension needs ALTER EXTENSION outbox UPDATE");
 	outbox_status_broker(outbox_kafka_broker_state());
 
 	if (ack != seen_ack)

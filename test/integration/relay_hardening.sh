@@ -390,8 +390,15 @@ t_cursor_row_deleted() {
     wait_until 20 "$(all_sent $topic 10)" || fail "events not all marked sent"
     consume $topic 100 30000 3000 >"$out"
     load_consumed got_cursor "$out"
-    expect "events sent before, sent again" "$(sql "SELECT count(*) FROM (SELECT g.event_id FROM got_cursor g
-        JOIN outbox.event_log l ON l.id = g.event_id WHERE l.biz_key LIKE 'cur-before-%' GROUP BY 1 HAVING count(*) = 2) s")" 5
+    # Known sent only by the cursor: sent again.  One handed over while
+    # slow (see flight.c) has a state row saying "sent" and need not be.
+    expect "events sent before, known sent by the cursor only, sent again" "$(sql "SELECT count(*) FROM (SELECT g.event_id FROM got_cursor g
+        JOIN outbox.event_log l ON l.id = g.event_id WHERE l.biz_key LIKE 'cur-before-%' GROUP BY 1 HAVING count(*) = 2) s")" \
+        "$(sql "SELECT count(*) FROM outbox.event_log l WHERE l.biz_key LIKE 'cur-before-%'
+                  AND NOT EXISTS (SELECT 1 FROM outbox.event_state s WHERE s.id = l.id)")"
+    [ "$(sql "SELECT count(*) FROM outbox.event_log l WHERE l.biz_key LIKE 'cur-before-%'
+                  AND NOT EXISTS (SELECT 1 FROM outbox.event_state s WHERE s.id = l.id)")" -gt 0 ] \
+        || fail "every event sent before has a state row: nothing showed the resend"
     expect "warnings" "$(log_count 'WARNING:  outbox relay: the row of outbox.relay_cursor was deleted')" 1
     expect "hints" "$(log_count 'HINT:  Do not change outbox.relay_cursor')" 1
     expect "cursor rows" "$(sql "SELECT count(*) FROM outbox.relay_cursor")" 1

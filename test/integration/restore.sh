@@ -42,12 +42,11 @@ events_in_every_state() {
         "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead u-1=new u-2=new u-3=new u-4=new u-5=new"
 }
 
-# deliveries_are DB TOPIC [WANT]: once the relay serving DB has sent r-1
-# and the u-* events, what a consumer of TOPIC received, per event of DB,
-# must be WANT; by default each once, except d-1, never.
+# deliveries_are DB TOPIC: once the relay serving DB has sent r-1 and the
+# u-* events, what a consumer of TOPIC received, per event of DB, must be:
+# each once, except d-1, never.
 deliveries_are() {
     local db=$1 topic=$2 out=$IT_TMP/$2.tsv
-    local want=${3:-"s-1=1 s-2=1 s-3=1 s-4=1 s-5=1 r-1=1 d-1=0 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"}
     IT_DB=$db wait_until 30 "SELECT count(*) = 6 FROM outbox.events
                               WHERE topic = '$topic' AND status = 'sent' AND biz_key ~ '^[ru]-'" \
         || fail "$db: the relay did not send the unsent events"
@@ -55,7 +54,8 @@ deliveries_are() {
     IT_DB=$db load_consumed got "$out"
     expect "$db: deliveries per event" "$(IT_DB=$db sql "
         SELECT string_agg(l.biz_key || '=' || (SELECT count(*) FROM got g WHERE g.event_id = l.id), ' ' ORDER BY l.id)
-          FROM outbox.event_log l WHERE l.topic = '$topic'")" "$want"
+          FROM outbox.event_log l WHERE l.topic = '$topic'")" \
+        "s-1=1 s-2=1 s-3=1 s-4=1 s-5=1 r-1=1 d-1=0 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
     expect "$db: deliveries of other events" "$(IT_DB=$db sql "SELECT count(*) FROM got g
         WHERE NOT EXISTS (SELECT 1 FROM outbox.event_log l WHERE l.id = g.event_id)")" 0
 }
@@ -127,12 +127,37 @@ t_restore_other_cluster() {
     rm -rf "$other"
 }
 
-# ALTER EXTENSION outbox UPDATE from 0.1.0 and from 0.2.0 with events in
-# every state: stats read the same before and after, the relay then sends
-# every unsent one and none sent before; enqueue and claim work after.
-# This build's relay cannot serve the older schemas, so the states are
-# set by hand as the old relay left them, and the relay serves the
-# database only once it is updated.
+# old_events_in_every_state DB TOPIC: in DB, at the old version, events in
+# every state the old schema knows, made by SQL (a relay of this library
+# does not serve an old version): s-* relayed (by the cursor), r-1
+# retrying, d-1 dead, w-1..w-4 in an open window relayed up to w-2 (0.2.0's
+# "every id <= window_last_id"), u-* unsent.
+old_events_in_every_state() {
+    local db=$1 topic=$2
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 's-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
+                          window_snapshot = NULL, window_last_id = 0, window_max_id = 0"
+    IT_DB=$db sql "SELECT outbox.enqueue('T', k, '{}', topic => '$topic') FROM unnest(ARRAY['r-1', 'd-1']) k" >/dev/null
+    IT_DB=$db sql "INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
+                   SELECT id, CASE biz_key WHEN 'r-1' THEN 'new' ELSE 'dead' END,
+                          CASE biz_key WHEN 'r-1' THEN 1 ELSE 3 END, now(), 'refused in a test'
+                     FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('r-1', 'd-1')"
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'w-' || i, '{}', topic => '$topic')) FROM generate_series(1, 4) i" >/dev/null
+    IT_DB=$db sql "UPDATE outbox.relay_cursor SET window_snapshot = pg_current_snapshot(),
+                          window_last_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'w-2'),
+                          window_max_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'w-4')"
+    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'u-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    expect "$db: statuses before" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+                                                     FROM outbox.events WHERE topic = '$topic'")" \
+        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent w-3=sending w-4=sending u-1=new u-2=new u-3=new u-4=new u-5=new"
+}
+
+# An extension at 0.1.0 or 0.2.0 holding live events, served by this
+# library's relay: the relay sends nothing and says once why; ALTER
+# EXTENSION UPDATE keeps every state, including the open window's progress,
+# and outbox.stats reads the same; the relay then sends exactly what was
+# unsent: each once, none of what the old cursor called relayed, the dead
+# one never.
 t_upgrade_live() {
     local from
     for from in 0.1.0 0.2.0; do
@@ -140,48 +165,39 @@ t_upgrade_live() {
     done
 }
 
-# old_states DB TOPIC: in DB at 0.1.0 or 0.2.0, events of TOPIC as that
-# version's relay left them: sent (s-1..s-5), one waiting for a retry
-# (r-1), one dead (d-1), and unsent ones (u-1..u-5).
-old_states() {
-    local db=$1 topic=$2
-    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 's-' || i, '{}', topic => '$topic'))
-                     FROM generate_series(1, 5) i" >/dev/null
-    IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot()"
-    IT_DB=$db sql "SELECT outbox.enqueue('T', k, '{}', topic => '$topic') FROM unnest(ARRAY['r-1', 'd-1']) k" >/dev/null
-    IT_DB=$db sql "UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot(),
-                          window_snapshot = NULL, window_last_id = 0, window_max_id = 0;
-                   INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
-                   SELECT id, CASE biz_key WHEN 'r-1' THEN 'new' ELSE 'dead' END,
-                          CASE biz_key WHEN 'r-1' THEN 1 ELSE 3 END, now(), 'refused in a test'
-                     FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('r-1', 'd-1')"
-    IT_DB=$db sql "SELECT count(outbox.enqueue('T', 'u-' || i, '{}', topic => '$topic'))
-                     FROM generate_series(1, 5) i" >/dev/null
-    expect "$db: statuses before" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
-                                                     FROM outbox.events WHERE topic = '$topic'")" \
-        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead u-1=new u-2=new u-3=new u-4=new u-5=new"
-}
-
 # upgrade_live_from VERSION: t_upgrade_live from VERSION, in its own
 # database and topic.
 upgrade_live_from() {
-    local from=$1 db=outbox_up_${1//./} topic=it.upgrade.${1//./} out id current figures
+    local from=$1 db=outbox_up_${1//./} topic=it.upgrade.${1//./} out id mark current figures
     out=$IT_TMP/$db.tsv
     current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
+    # u-1..u-5, w-3 and w-4 unsent, r-1 waiting for its retry, d-1 dead.
     figures="SELECT concat_ws(' ', backlog, dead, retrying) FROM outbox.stats"
     "$PGBIN/psql" -X -q -c "CREATE DATABASE $db"
     IT_DB=$db sql "CREATE EXTENSION outbox VERSION '$from'"
-    old_states $db $topic
-    # u-1..u-5 unsent, r-1 waiting for its retry, d-1 dead.
-    expect "$from: backlog, dead, retrying before" "$(IT_DB=$db sql "$figures")" "6 1 1"
+    mark=$(log_mark)
+    relay_serve $db
+    old_events_in_every_state $db $topic
+    wait_log "$mark" 20 "outbox relay: the extension here is version $from, the server's library is $current; the relay waits" \
+        || fail "$from: the relay did not say it waits for the update"
+    holds 3 "SELECT last_error LIKE '%ALTER EXTENSION outbox UPDATE%' FROM outbox.relay_status()" \
+        || fail "$from: relay_status does not say the relay waits for the update"
+    expect "$from: backlog, dead, retrying before" "$(IT_DB=$db sql "$figures")" "8 1 1"
     IT_DB=$db sql "ALTER EXTENSION outbox UPDATE" || { fail "$from: ALTER EXTENSION outbox UPDATE failed"; relay_home $db; return; }
     expect "$from: version" "$(IT_DB=$db sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" "$current"
-    expect "$from: backlog, dead, retrying after" "$(IT_DB=$db sql "$figures")" "6 1 1"
-    relay_serve $db
-    # Sent before the update: never again; unsent and r-1: once; d-1: never.
-    deliveries_are $db $topic "s-1=0 s-2=0 s-3=0 s-4=0 s-5=0 r-1=1 d-1=0 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
+    expect "$from: statuses after the update" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+                                                     FROM outbox.events WHERE topic = '$topic' AND biz_key ~ '^[srd]-|^w-[12]$'")" \
+        "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent"
+    IT_DB=$db wait_until 30 "SELECT count(*) = 15 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
+        || fail "$from: the relay did not send the unsent events after the update"
+    consume $topic 1000 30000 3000 >"$out"
+    IT_DB=$db load_consumed got "$out"
+    expect "$from: deliveries per event" "$(IT_DB=$db sql "
+        SELECT string_agg(l.biz_key || '=' || (SELECT count(*) FROM got g WHERE g.event_id = l.id), ' ' ORDER BY l.id)
+          FROM outbox.event_log l WHERE l.topic = '$topic'")" \
+        "s-1=0 s-2=0 s-3=0 s-4=0 s-5=0 r-1=1 d-1=0 w-1=0 w-2=0 w-3=1 w-4=1 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
     id=$(IT_DB=$db sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
-    consume $topic 7 20000 >"$out" || fail "$from: the event enqueued after the update did not arrive"
+    consume $topic 9 20000 >"$out" || fail "$from: the event enqueued after the update did not arrive"
     grep -q "event_id=$id," "$out" || fail "$from: event $id, enqueued after the update, not received"
     expect "$from: first claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" t
     expect "$from: second claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" f
