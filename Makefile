@@ -21,7 +21,7 @@ REGRESS      = setup enqueue claim privileges settings operations contract resto
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
-ISOLATION      = enqueue_same_key claim_concurrent purge_locked
+ISOLATION      = enqueue_same_key claim_concurrent purge_locked stats_late_xid
 ISOLATION_OPTS = --inputdir=test --load-extension=outbox
 
 # The functions are tiny; JIT bitcode would only add a clang dependency.
@@ -42,7 +42,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue format format-check tools
+.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue bench-stats format format-check tools
 
 test:
 	test/run
@@ -72,6 +72,9 @@ bench-retention:
 
 bench-enqueue:
 	bench/enqueue
+
+bench-stats:
+	bench/stats
 
 format:
 	clang-format -i src/*.c src/*.h

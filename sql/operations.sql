@@ -114,3 +114,62 @@ SELECT err($$UPDATE outbox.relay_control SET paused = true$$);
 RESET ROLE;
 DROP OWNED BY outbox_ops_nobody, outbox_ops_operator;
 DROP ROLE outbox_ops_nobody, outbox_ops_operator;
+
+-- The retry path's unfinished events are 'new' or 'sending' (the relay
+-- hands it the in-flight events of a stuck topic): both are unsent for
+-- stats, outbox.events shows them, retention keeps them and replay leaves
+-- them alone (it is for dead events).
+TRUNCATE outbox.event_log, outbox.event_state;
+SELECT count(outbox.enqueue('Stuck', 'stuck-' || i, '{}', topic => 'stuck')) FROM generate_series(1, 3) i;
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_key = 'stuck-1';
+SELECT pg_temp.mark_all_sent();
+INSERT INTO outbox.event_state (id, status, attempts, last_error)
+SELECT id, 'sending', 1, 'Broker: Topic authorization failed' FROM outbox.event_log WHERE biz_key = 'stuck-1';
+INSERT INTO outbox.event_state (id, status, attempts)
+SELECT id, 'sending', 0 FROM outbox.event_log WHERE biz_key = 'stuck-2';
+SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_sending, dead, retrying FROM outbox.stats;
+SELECT biz_key, status, attempts FROM outbox.events ORDER BY biz_key;
+SELECT outbox.replay(id) AS replayed_sending FROM outbox.event_log WHERE biz_key = 'stuck-1';
+SELECT outbox._purge(interval '1 hour', interval '7 days', 1000) AS removed;
+SELECT biz_key FROM outbox.event_log ORDER BY biz_key;
+
+-- Unrelayed is read from done_snapshot's xmax and in-progress list, PgQ
+-- style.  An event whose transaction was running when the relay took its
+-- snapshot (listed in xip) counts, and sets max_delay_sec; events of
+-- transactions that committed before it do not, however old the
+-- snapshot's xmin.
+TRUNCATE outbox.event_log, outbox.event_state;
+SELECT count(outbox.enqueue('Open', 'open-early', '{}', topic => 'ops'));
+UPDATE outbox.event_log SET created_at = now() - interval '3 hours';
+SELECT count(outbox.enqueue('Sent', 'sent-' || i, '{}', topic => 'ops')) FROM generate_series(1, 5) i;
+UPDATE outbox.relay_cursor c
+   SET done_snapshot = (l.tx || ':' || pg_snapshot_xmax(pg_current_snapshot()) || ':' || l.tx)::pg_snapshot
+  FROM outbox.event_log l WHERE l.biz_key = 'open-early';
+SELECT count(outbox.enqueue('Fresh', 'fresh-1', '{}', topic => 'ops'));
+SELECT backlog, max_delay_sec BETWEEN 10800 AND 10860 AS delay_from_open, retrying FROM outbox.stats;
+SELECT biz_key, status FROM outbox.events ORDER BY biz_key;
+
+-- max_delay_sec is exact however large the backlog.  created_at is the
+-- enqueuing transaction's start, so a transaction that started early and
+-- took its xid late enqueues the oldest event with the highest tx and id:
+-- here 'late' (created two hours ago) behind 10,010 younger fresh events,
+-- more than stats counts one by one, above relayed events older still.
+TRUNCATE outbox.event_log, outbox.event_state;
+SELECT count(outbox.enqueue('Old', 'old-' || i, '{}', topic => 'ops')) FROM generate_series(1, 50) i;
+UPDATE outbox.event_log SET created_at = now() - interval '5 hours';
+SELECT pg_temp.mark_all_sent();
+SELECT count(outbox.enqueue('Young', 'young-' || i, '{}', topic => 'ops')) FROM generate_series(1, 10010) i;
+SELECT count(outbox.enqueue('Late', 'late', '{}', topic => 'ops'));
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_key = 'late';
+SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late FROM outbox.stats;
+-- The relay has sent half of them in an open window ('late' among the
+-- unsent): the same.  Then 'late' fails and waits for a retry: the same.
+UPDATE outbox.relay_cursor
+   SET window_snapshot = pg_current_snapshot(), (window_last_tx, window_last_id) =
+       (SELECT tx, id FROM outbox.event_log WHERE biz_type = 'Young' ORDER BY tx, id OFFSET 5000 LIMIT 1);
+SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late FROM outbox.stats;
+INSERT INTO outbox.event_state (id, status, attempts) SELECT id, 'new', 1 FROM outbox.event_log WHERE biz_key = 'late';
+SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late, retrying FROM outbox.stats;
+-- Dead, it no longer counts: the oldest unsent is a young one.
+UPDATE outbox.event_state SET status = 'dead';
+SELECT backlog, max_delay_sec < 600 AS delay_from_young, dead, retrying FROM outbox.stats;

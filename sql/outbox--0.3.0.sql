@@ -131,7 +131,8 @@ CREATE TABLE outbox.event_state (
 
 -- Events waiting for a retry or in flight one by one, in id order; also
 -- the keys they hold back.
-CREATE INDEX event_state_unsent ON outbox.event_state (id) WHERE status IN ('new', 'sending');
+CREATE INDEX event_state_unsent ON outbox.event_state (id)
+    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending']);
 
 COMMENT ON TABLE outbox.event_state IS
     'Delivery state of events that needed more than one try; absent means no failure so far.';
@@ -257,9 +258,12 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.relay_control', '');
 COMMENT ON TABLE outbox.relay_control IS
     'Whether the relay is paused; set with outbox.pause() and outbox.resume().';
 
--- Retention removes the oldest rows first; BRIN costs enqueue and claim
--- next to nothing, since both columns grow with insertion order.
-CREATE INDEX event_log_created_at ON outbox.event_log USING brin (created_at);
+-- outbox.stats finds the oldest unsent event by walking event_log in
+-- created_at order; tx rides along so that the walk skips relayed events
+-- inside the index, without a heap visit (see the view).  Claims are
+-- removed oldest first; BRIN costs claim next to nothing, since
+-- processed_at grows with insertion order.
+CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
 CREATE INDEX consumer_dedup_processed_at ON outbox.consumer_dedup USING brin (processed_at);
 CREATE INDEX event_state_dead ON outbox.event_state (id) WHERE status = 'dead';
 
@@ -297,48 +301,113 @@ LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'outbox_relay_status';
 COMMENT ON FUNCTION outbox.relay_status() IS
     'One row per running relay, from shared memory: state, broker, last error, totals since start.';
 
--- Unsent: not yet relayed (outside done_snapshot and the relayed part of
--- the open window) or waiting for a retry.  Both come from index ranges
--- that stay small while the relay keeps up, whatever the table's size.
+-- Unsent: not yet relayed, or owned by the retry path and not finished
+-- (event_state 'new' or 'sending').  Not yet relayed is read the way PgQ
+-- reads a batch, from done_snapshot D: transactions that took their xid
+-- after D (tx >= xmax(D), "fresh") plus those running at D (tx in
+-- xip(D), "open"), minus the relayed part of the open window.  Never
+-- "tx >= xmin(D)": that range holds every event since the oldest
+-- transaction open at D, however long it stays open.
+--
+-- The cost stays bounded with a large backlog:
+--   backlog  fresh events are counted up to 10,000 (a scan of
+--            event_log_tx_id that stops there); above, they are estimated from the id
+--            range: max(id) - (lowest id of the first 10,001) + 1.  The
+--            open ones and the retry path's are counted exactly.
+--   max_delay_sec  exact.  created_at is the enqueuing transaction's
+--            start, in no order with tx or id: a transaction may start
+--            early and take its xid after D.  Up to 10,000 fresh events
+--            the scan above sees them all; above, the oldest is the first
+--            fresh one in created_at order, a walk over
+--            event_log_created_at whose tx column skips the events of
+--            transactions older than D inside the index (only fresh ones
+--            are read from the table, and the walk stops at the first that
+--            is neither relayed in the window nor the retry path's).
+-- The cursor's values are scalar subqueries, not a join: evaluated once,
+-- the bounds are index conditions, and the planner, which cannot know the
+-- cursor has one row, does not multiply its estimates (a plan costed past
+-- jit_above_cost spent ~100 ms compiling itself).
 CREATE VIEW outbox.stats AS
-WITH cursor AS (
-    SELECT * FROM outbox.relay_cursor
-), unrelayed AS (
-    -- The bound as a scalar subquery is an index condition on tx: only
-    -- the unrelayed end of the table is read, not every kept event.
-    SELECT l.created_at
-      FROM outbox.event_log l, cursor c
+WITH fresh AS MATERIALIZED (
+    SELECT l.id, l.created_at
+      FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.>=)
-               (SELECT pg_catalog.pg_snapshot_xmin(done_snapshot) FROM outbox.relay_cursor)
-       AND NOT pg_catalog.pg_visible_in_snapshot(l.tx, c.done_snapshot)
-       AND NOT (c.window_snapshot IS NOT NULL
-                AND pg_catalog.pg_visible_in_snapshot(l.tx, c.window_snapshot)
-                AND ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
-                    ROW(c.window_last_tx, c.window_last_id))
-       AND NOT EXISTS (SELECT 1 FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
-), waiting AS (
+               (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot) FROM outbox.relay_cursor c)
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
+                        AND pg_catalog.pg_visible_in_snapshot(
+                                l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
+     ORDER BY l.tx, l.id
+     LIMIT 10001
+), fresh_sum AS (
+    -- The retry path's events are left out after the LIMIT, so that the
+    -- planner may join the two sets as their sizes say (a probe per event
+    -- cost three times the scan).
+    SELECT (SELECT pg_catalog.count(*) FROM fresh) AS n,
+           (SELECT pg_catalog.min(id) FROM fresh) AS low_id,
+           pg_catalog.count(*) AS unsent,
+           pg_catalog.min(f.created_at) AS oldest
+      FROM fresh f
+     WHERE NOT EXISTS (SELECT FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) f.id)
+), open AS MATERIALIZED (
+    SELECT l.created_at
+      FROM outbox.event_log l
+     WHERE l.tx OPERATOR(pg_catalog.=) ANY (ARRAY(
+               SELECT pg_catalog.pg_snapshot_xip(c.done_snapshot) FROM outbox.relay_cursor c))
+       AND NOT COALESCE(ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                            ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                (SELECT c.window_last_id FROM outbox.relay_cursor c))
+                        AND pg_catalog.pg_visible_in_snapshot(
+                                l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
+       AND NOT EXISTS (SELECT FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
+), waiting AS MATERIALIZED (
     SELECT l.created_at, s.attempts
       FROM outbox.event_state s JOIN outbox.event_log l ON l.id OPERATOR(pg_catalog.=) s.id
-     WHERE s.status OPERATOR(pg_catalog.=) ANY ('{new,sending}'::pg_catalog.text[])
+     WHERE s.status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending'])
 ), relays AS (
     SELECT COALESCE(pg_catalog.sum(r.sent_last_minute), 0)::bigint AS sent,
            COALESCE(pg_catalog.sum(r.failed_last_minute), 0)::bigint AS failed
       FROM outbox.relay_status() r
 )
-SELECT (SELECT pg_catalog.count(*) FROM unrelayed)
+SELECT CASE
+           WHEN f.n OPERATOR(pg_catalog.<=) 10000 THEN f.unsent
+           ELSE GREATEST(f.unsent, (SELECT pg_catalog.max(l.id) FROM outbox.event_log l)
+                                  OPERATOR(pg_catalog.-) f.low_id OPERATOR(pg_catalog.+) 1)
+       END
+           OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM open)
            OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM waiting) AS backlog,
        COALESCE(pg_catalog.round(extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(
-                    (SELECT pg_catalog.min(created_at) FROM unrelayed),
+                    CASE
+                        WHEN f.n OPERATOR(pg_catalog.<=) 10000 THEN f.oldest
+                        ELSE (SELECT l.created_at
+                                FROM outbox.event_log l
+                               WHERE l.tx OPERATOR(pg_catalog.>=)
+                                         (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot)
+                                            FROM outbox.relay_cursor c)
+                                 AND NOT COALESCE(
+                                         ROW(l.tx, l.id) OPERATOR(pg_catalog.<=)
+                                             ROW((SELECT c.window_last_tx FROM outbox.relay_cursor c),
+                                                 (SELECT c.window_last_id FROM outbox.relay_cursor c))
+                                         AND pg_catalog.pg_visible_in_snapshot(
+                                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)),
+                                         false)
+                                 AND NOT EXISTS (SELECT FROM outbox.event_state s
+                                                  WHERE s.id OPERATOR(pg_catalog.=) l.id)
+                               ORDER BY l.created_at
+                               LIMIT 1)
+                    END,
+                    (SELECT pg_catalog.min(created_at) FROM open),
                     (SELECT pg_catalog.min(created_at) FROM waiting))), 3), 0) AS max_delay_sec,
        (SELECT pg_catalog.count(*) FROM outbox.event_state
          WHERE status OPERATOR(pg_catalog.=) 'dead') AS dead,
        relays.sent AS sent_last_minute,
        relays.failed AS failed_last_minute,
        (SELECT pg_catalog.count(*) FROM waiting WHERE attempts OPERATOR(pg_catalog.>) 0) AS retrying
-  FROM relays;
+  FROM fresh_sum f, relays;
 
 COMMENT ON VIEW outbox.stats IS
-    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.';
+    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that from their id range (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
 
 -- Set the pause flag and wake the relay to notice it.
 CREATE FUNCTION outbox._set_paused(paused boolean) RETURNS void

@@ -1,5 +1,7 @@
--- 0.1.0 upgraded to 0.2.0 gives the schema a fresh 0.2.0 install gives;
--- the upgrade refuses a schema holding objects that are not outbox's.
+-- 0.1.0 and 0.2.0 upgraded to the current version give the schema a fresh
+-- install gives; the upgrade refuses a schema holding objects that are not
+-- outbox's; 0.2.0 upgrades with events in every state, which read the same
+-- before and after.
 \set regress_db :DBNAME
 \set SHOW_CONTEXT never
 CREATE DATABASE outbox_upgrade;
@@ -56,14 +58,21 @@ CREATE FUNCTION public.schema_lines() RETURNS SETOF text LANGUAGE sql AS $$
      WHERE e.extname = 'outbox'
 $$;
 
--- 0.1.0 with some data, then the update.
+-- 0.1.0 with some data, then the update (through 0.2.0).
 CREATE EXTENSION outbox VERSION '0.1.0';
 SELECT outbox.enqueue('T', 'before-update', '{}') IS NOT NULL AS enqueued;
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 CREATE TABLE upgraded AS SELECT * FROM schema_lines() AS line;
 
--- A fresh 0.2.0 install in the same database.
+-- 0.2.0, then the update.
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '0.2.0';
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+CREATE TABLE upgraded_020 AS SELECT * FROM schema_lines() AS line;
+
+-- A fresh install of the current version in the same database.
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
@@ -76,6 +85,55 @@ UNION ALL
  EXCEPT SELECT 'only upgraded: ' || line FROM schema_lines() AS line)
 ORDER BY 1;
 SELECT count(*) > 50 AS compared_enough FROM upgraded;
+(SELECT 'only fresh: ' || line FROM schema_lines() AS line
+ EXCEPT SELECT 'only fresh: ' || line FROM upgraded_020)
+UNION ALL
+(SELECT 'only upgraded from 0.2.0: ' || line FROM upgraded_020
+ EXCEPT SELECT 'only upgraded from 0.2.0: ' || line FROM schema_lines() AS line)
+ORDER BY 1;
+
+-- 0.2.0 holding events in every state, as its relay leaves them: sent;
+-- dead; waiting for a retry; in an open window, relayed or not; unsent,
+-- the oldest created two hours ago.  In one transaction, so that now()
+-- and so max_delay_sec stay put: stats and events read the same after the
+-- update.
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '0.2.0';
+SELECT count(outbox.enqueue('Live', 'sent-' || i, '{}', topic => 'up')) FROM generate_series(1, 4) i;
+UPDATE outbox.relay_cursor SET done_snapshot = pg_current_snapshot();
+INSERT INTO outbox.event_state (id, status, attempts, last_error)
+SELECT id, 'dead', 10, 'Broker: Message size too large' FROM outbox.event_log WHERE biz_key = 'sent-1';
+INSERT INTO outbox.event_state (id, status, attempts, next_attempt_at, last_error)
+SELECT id, 'new', 2, now() + interval '1 minute', 'Broker: Request timed out'
+  FROM outbox.event_log WHERE biz_key = 'sent-2';
+UPDATE outbox.event_log SET created_at = now() - interval '1 hour' WHERE biz_key = 'sent-2';
+SELECT count(outbox.enqueue('Live', 'window-' || i, '{}', topic => 'up')) FROM generate_series(1, 3) i;
+UPDATE outbox.relay_cursor
+   SET window_snapshot = pg_current_snapshot(),
+       window_last_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'window-2'),
+       window_max_id = (SELECT id FROM outbox.event_log WHERE biz_key = 'window-3');
+SELECT count(outbox.enqueue('Live', 'unsent-' || i, '{}', topic => 'up')) FROM generate_series(1, 2) i;
+UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_key = 'unsent-1';
+BEGIN;
+CREATE TEMP TABLE stats_before AS SELECT backlog, max_delay_sec, dead, retrying FROM outbox.stats;
+CREATE TEMP TABLE events_before AS SELECT id, biz_key, status, attempts, created_at FROM outbox.events;
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+SELECT 'before' AS read, backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_unsent_1,
+       dead, retrying FROM stats_before
+UNION ALL
+SELECT 'after', backlog, max_delay_sec BETWEEN 7200 AND 7260, dead, retrying FROM outbox.stats;
+SELECT a.max_delay_sec = b.max_delay_sec AS same_delay FROM outbox.stats a, stats_before b;
+SELECT biz_key, status, attempts FROM events_before ORDER BY id;
+(SELECT 'only before: ' || e::text FROM events_before e
+ EXCEPT SELECT 'only before: ' || e::text
+          FROM (SELECT id, biz_key, status, attempts, created_at FROM outbox.events) e)
+UNION ALL
+(SELECT 'only after: ' || e::text
+   FROM (SELECT id, biz_key, status, attempts, created_at FROM outbox.events) e
+ EXCEPT SELECT 'only after: ' || e::text FROM events_before e)
+ORDER BY 1;
+COMMIT;
 
 -- The upgrade refuses objects in schema outbox that outbox did not make,
 -- and names them; once they are gone it goes through.

@@ -152,39 +152,54 @@ old_events_in_every_state() {
         "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent w-3=sending w-4=sending u-1=new u-2=new u-3=new u-4=new u-5=new"
 }
 
-# An extension at 0.1.0 holding live events, served by this library's
-# relay: the relay sends nothing and says once why; ALTER EXTENSION UPDATE
-# (0.1.0 -> 0.2.0 -> 0.3.0) keeps every state, including the open window's
-# progress, and the relay then sends exactly what was unsent: each once,
-# none of what the old cursor called relayed, the dead one never.
+# An extension at 0.1.0 or 0.2.0 holding live events, served by this
+# library's relay: the relay sends nothing and says once why; ALTER
+# EXTENSION UPDATE keeps every state, including the open window's progress,
+# and outbox.stats reads the same; the relay then sends exactly what was
+# unsent: each once, none of what the old cursor called relayed, the dead
+# one never.
 t_upgrade_live() {
-    local topic=it.upgrade out=$IT_TMP/upgrade.tsv id mark
-    "$PGBIN/psql" -X -q -c "CREATE DATABASE outbox_up"
-    IT_DB=outbox_up sql "CREATE EXTENSION outbox VERSION '0.1.0'"
+    local from
+    for from in 0.1.0 0.2.0; do
+        upgrade_live_from $from
+    done
+}
+
+# upgrade_live_from VERSION: t_upgrade_live from VERSION, in its own
+# database and topic.
+upgrade_live_from() {
+    local from=$1 db=outbox_up_${1//./} topic=it.upgrade.${1//./} out id mark current figures
+    out=$IT_TMP/$db.tsv
+    current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" outbox.control)
+    # u-1..u-5, w-3 and w-4 unsent, r-1 waiting for its retry, d-1 dead.
+    figures="SELECT concat_ws(' ', backlog, dead, retrying) FROM outbox.stats"
+    "$PGBIN/psql" -X -q -c "CREATE DATABASE $db"
+    IT_DB=$db sql "CREATE EXTENSION outbox VERSION '$from'"
     mark=$(log_mark)
-    relay_serve outbox_up
-    old_events_in_every_state outbox_up $topic
-    wait_log "$mark" 20 "outbox relay: the extension here is version 0.1.0, the server's library is 0.3.0; the relay waits" \
-        || fail "the relay did not say it waits for the update"
+    relay_serve $db
+    old_events_in_every_state $db $topic
+    wait_log "$mark" 20 "outbox relay: the extension here is version $from, the server's library is $current; the relay waits" \
+        || fail "$from: the relay did not say it waits for the update"
     holds 3 "SELECT last_error LIKE '%ALTER EXTENSION outbox UPDATE%' FROM outbox.relay_status()" \
-        || fail "relay_status does not say the relay waits for the update"
-    IT_DB=outbox_up sql "ALTER EXTENSION outbox UPDATE" || { fail "ALTER EXTENSION outbox UPDATE failed"; relay_home outbox_up; return; }
-    expect "version" "$(IT_DB=outbox_up sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" 0.3.0
-    expect "statuses after the update" "$(IT_DB=outbox_up sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
+        || fail "$from: relay_status does not say the relay waits for the update"
+    expect "$from: backlog, dead, retrying before" "$(IT_DB=$db sql "$figures")" "8 1 1"
+    IT_DB=$db sql "ALTER EXTENSION outbox UPDATE" || { fail "$from: ALTER EXTENSION outbox UPDATE failed"; relay_home $db; return; }
+    expect "$from: version" "$(IT_DB=$db sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" "$current"
+    expect "$from: statuses after the update" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
                                                      FROM outbox.events WHERE topic = '$topic' AND biz_key ~ '^[srd]-|^w-[12]$'")" \
         "s-1=sent s-2=sent s-3=sent s-4=sent s-5=sent r-1=new d-1=dead w-1=sent w-2=sent"
-    IT_DB=outbox_up wait_until 30 "SELECT count(*) = 15 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
-        || fail "the relay did not send the unsent events after the update"
+    IT_DB=$db wait_until 30 "SELECT count(*) = 15 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
+        || fail "$from: the relay did not send the unsent events after the update"
     consume $topic 1000 30000 3000 >"$out"
-    IT_DB=outbox_up load_consumed got "$out"
-    expect "deliveries per event" "$(IT_DB=outbox_up sql "
+    IT_DB=$db load_consumed got "$out"
+    expect "$from: deliveries per event" "$(IT_DB=$db sql "
         SELECT string_agg(l.biz_key || '=' || (SELECT count(*) FROM got g WHERE g.event_id = l.id), ' ' ORDER BY l.id)
           FROM outbox.event_log l WHERE l.topic = '$topic'")" \
         "s-1=0 s-2=0 s-3=0 s-4=0 s-5=0 r-1=1 d-1=0 w-1=0 w-2=0 w-3=1 w-4=1 u-1=1 u-2=1 u-3=1 u-4=1 u-5=1"
-    id=$(IT_DB=outbox_up sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
-    consume $topic 9 20000 >"$out" || fail "the event enqueued after the update did not arrive"
-    grep -q "event_id=$id," "$out" || fail "event $id, enqueued after the update, not received"
-    expect "first claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" t
-    expect "second claim after the update" "$(IT_DB=outbox_up sql "SELECT outbox.claim('it-upgrade', $id)")" f
-    relay_home outbox_up
+    id=$(IT_DB=$db sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
+    consume $topic 9 20000 >"$out" || fail "$from: the event enqueued after the update did not arrive"
+    grep -q "event_id=$id," "$out" || fail "$from: event $id, enqueued after the update, not received"
+    expect "$from: first claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" t
+    expect "$from: second claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" f
+    relay_home $db
 }
