@@ -117,8 +117,9 @@ DROP ROLE outbox_ops_nobody, outbox_ops_operator;
 
 -- The retry path's unfinished events are 'new' or 'sending' (the relay
 -- hands it the in-flight events of a stuck topic): both are unsent for
--- stats, outbox.events shows them, retention keeps them and replay leaves
--- them alone (it is for dead events).
+-- stats (both count as retrying: a stuck topic's events wait visibly),
+-- outbox.events shows them, retention keeps them and replay leaves them
+-- alone (it is for dead events).
 TRUNCATE outbox.event_log, outbox.event_state;
 SELECT count(outbox.enqueue('Stuck', 'stuck-' || i, '{}', topic => 'stuck')) FROM generate_series(1, 3) i;
 UPDATE outbox.event_log SET created_at = now() - interval '2 hours' WHERE biz_key = 'stuck-1';

@@ -157,7 +157,7 @@ WITH fresh AS MATERIALIZED (
                                 l.tx, (SELECT c.window_snapshot FROM outbox.relay_cursor c)), false)
        AND NOT EXISTS (SELECT FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) l.id)
 ), waiting AS MATERIALIZED (
-    SELECT l.created_at, s.attempts
+    SELECT l.created_at, s.attempts, s.status
       FROM outbox.event_state s JOIN outbox.event_log l ON l.id OPERATOR(pg_catalog.=) s.id
      WHERE s.status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending'])
 ), relays AS (
@@ -198,7 +198,10 @@ SELECT CASE
          WHERE status OPERATOR(pg_catalog.=) 'dead') AS dead,
        relays.sent AS sent_last_minute,
        relays.failed AS failed_last_minute,
-       (SELECT pg_catalog.count(*) FROM waiting WHERE attempts OPERATOR(pg_catalog.>) 0) AS retrying
+       -- Failed before, or in flight one by one (its topic stuck).
+       (SELECT pg_catalog.count(*) FROM waiting
+         WHERE attempts OPERATOR(pg_catalog.>) 0
+            OR status OPERATOR(pg_catalog.=) 'sending') AS retrying
   FROM fresh_sum f, relays;
 
 COMMENT ON VIEW outbox.stats IS
