@@ -192,9 +192,9 @@ DECLARE
 BEGIN
     LOOP
         PERFORM pg_stat_clear_snapshot();
-        IF (SELECT query = 'waiting for Kafka acknowledgements' FROM pg_stat_activity WHERE pid = $1) THEN
-            EXIT WHEN EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE relayed);
-        END IF;
+        -- Mid-window: part of it recorded, the rest being sent.
+        EXIT WHEN EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE relayed)
+              AND EXISTS (SELECT 1 FROM ($WINDOW_SQL) w WHERE NOT relayed);
         IF clock_timestamp() > deadline THEN
             RAISE EXCEPTION 'the relay sent no batch mid-window in 30 s';
         END IF;
