@@ -162,6 +162,8 @@ relay_first_sends_read(void)
 	exhausted = read_window(batch, blocked, &full);
 	relay_commit();
 	reading = NULL;
+	if (batch->count > 0)
+		outbox_kafka_push();
 
 	if (exhausted)
 	{

@@ -60,6 +60,7 @@ extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
 extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
 extern void outbox_kafka_serve(void);
+extern void outbox_kafka_push(void);
 extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
 extern TimestampTz outbox_kafka_last_ack(void);
 extern int outbox_kafka_wake_fd(void);

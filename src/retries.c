@@ -72,6 +72,8 @@ relay_retries_read(void)
 	read_due(batch, &any_due);
 	relay_commit();
 	reading = NULL;
+	if (any_due)
+		outbox_kafka_push();
 	if (batch->count == 0 || !any_due)
 	{
 		relay_flight_done(batch);
