@@ -52,6 +52,10 @@
 /* The same, when judging a timed-out message: the relay's loop waits. */
 #define REFUSAL_CHECK_TIMEOUT_MS 500
 
+/* Topics whose metadata this producer asked for before their first send. */
+#define KNOWN_TOPICS 256
+#define FIRST_METADATA_TIMEOUT_MS 200
+
 /* Topics judged lately, and how long a judgement holds. */
 #define REFUSAL_SLOTS 16
 #define REFUSAL_KEEP_MS 5000
@@ -112,6 +116,7 @@ static int log_count = 0;
 static int log_dropped = 0;
 static RepeatedLine repeated[REPEAT_SLOTS];
 static TopicReport reports[REFUSAL_SLOTS];
+static uint32 known_topics[KNOWN_TOPICS]; /* hashes; 0 for a free slot */
 static char latest_problem[LOG_LINE_LEN]; /* latest warning, "" after a delivery */
 static bool problem_unsaid = false;       /* not yet published */
 static char stalled_topic[256]; /* of the latest message not acknowledged */
@@ -137,6 +142,9 @@ static const char *gist(const char *text);
 static bool topic_error(const char *topic, char *text, size_t size);
 static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
 static rd_kafka_resp_err_t topic_metadata_error(const char *topic);
+static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
+													   int timeout_ms);
+static void learn_topic(const char *topic);
 static bool open_wake_pipe(void);
 static void close_wake_pipe(void);
 static void drain_wake_pipe(void);
@@ -173,6 +181,7 @@ outbox_kafka_start(const char *brokers, const char *properties)
 	rd_kafka_set_log_queue(producer, NULL);
 	outstanding = 0;
 	outstanding_bytes = 0;
+	memset(known_topics, 0, sizeof(known_topics));
 	fatal_error = false;
 	broker_state = "unknown";
 	if (!open_wake_pipe())
@@ -226,9 +235,11 @@ outbox_kafka_running(void)
 KafkaSendResult
 outbox_kafka_send(OutboxMessage *msg)
 {
-	rd_kafka_headers_t *headers = rd_kafka_headers_new(msg->nheaders);
+	rd_kafka_headers_t *headers;
 	rd_kafka_resp_err_t err;
 
+	learn_topic(msg->topic);
+	headers = rd_kafka_headers_new(msg->nheaders);
 	for (int i = 0; i < msg->nheaders; i++)
 		rd_kafka_header_add(headers, msg->header_names[i], -1,
 							msg->header_values[i], -1);
@@ -838,21 +849,57 @@ outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 static rd_kafka_resp_err_t
 topic_metadata_error(const char *topic)
 {
+	return topic_metadata_error_within(topic, REFUSAL_CHECK_TIMEOUT_MS);
+}
+
+/*
+ * topic_metadata_error_within: the same, asked for at most timeout_ms.
+ */
+static rd_kafka_resp_err_t
+topic_metadata_error_within(const char *topic, int timeout_ms)
+{
 	rd_kafka_topic_t *rkt = rd_kafka_topic_new(producer, topic, NULL);
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
 
 	if (rkt == NULL)
 		return err;
-	if (rd_kafka_metadata(producer, 0, rkt, &md, REFUSAL_CHECK_TIMEOUT_MS) ==
+	if (rd_kafka_metadata(producer, 0, rkt, &md, timeout_ms) ==
 			RD_KAFKA_RESP_ERR_NO_ERROR &&
 		md->topic_cnt == 1)
 		err = md->topics[0].err;
 	if (md != NULL)
 		rd_kafka_metadata_destroy(md);
 	rd_kafka_topic_destroy(rkt);
-	flush_log();
 	return err;
+}
+
+/*
+ * learn_topic: before the first message of a topic, ask for its metadata
+ * (at most FIRST_METADATA_TIMEOUT_MS, once per topic and producer).
+ * librdkafka would otherwise hold the message until its periodic topic
+ * scan, up to a second later, asks for it.
+ */
+static void
+learn_topic(const char *topic)
+{
+	uint32 hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
+	int slot = -1;
+
+	for (int i = 0; i < KNOWN_TOPICS; i++)
+	{
+		if (known_topics[i] == hash)
+			return;
+		if (known_topics[i] == 0)
+		{
+			slot = i;
+			break;
+		}
+	}
+	if (slot < 0)
+		return; /* so many topics: librdkafka's scan finds them */
+	known_topics[slot] = hash;
+	(void) topic_metadata_error_within(topic, FIRST_METADATA_TIMEOUT_MS);
 }
 
 /*

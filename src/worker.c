@@ -185,6 +185,13 @@ pin_settings(void)
 	 */
 	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * A window is read as an ordered range of (tx, id), a batch at a time.
+	 * Statistics that lag a burst make a bitmap scan and a sort look
+	 * cheaper: they sort the whole rest of the window for every batch.
+	 */
+	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /*
