@@ -105,8 +105,8 @@ relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc)
 	batch->key_hash[i] = relay_key_hash(msg->topic, key);
 	pfree(key);
 	if (batch->retry)
-		batch->attempts[i] = DatumGetInt32(
-			SPI_getbinval(row, desc, BATCH_COL_ATTEMPTS, &isnull));
+		batch->attempts[i] =
+			DatumGetInt32(SPI_getbinval(row, desc, BATCH_COL_ATTEMPTS, &isnull));
 	else
 		batch->tx[i] = DatumGetFullTransactionId(
 						   SPI_getbinval(row, desc, BATCH_COL_TX, &isnull))
@@ -220,8 +220,7 @@ relay_key_hash(const char *topic, const char *key)
 uint64
 relay_topic_hash(const char *topic)
 {
-	return hash_bytes_extended((const unsigned char *) topic, strlen(topic),
-							   0);
+	return hash_bytes_extended((const unsigned char *) topic, strlen(topic), 0);
 }
 
 /*

@@ -129,7 +129,8 @@ relay_record_failure(const RelayBatch *batch, int i)
 					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
 					error);
 	/* What relay_status() shows, once this is recorded. */
-	((OutboxMessage *) msg)->error_text = MemoryContextStrdup(batch->memory, error);
+	((OutboxMessage *) msg)->error_text =
+		MemoryContextStrdup(batch->memory, error);
 	if (dead)
 		ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
 							 " is dead after %d failed attempts: %s",

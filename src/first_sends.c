@@ -106,8 +106,8 @@ static SPIPlanPtr record_plan = NULL;
 
 static MemoryContext reader_memory = NULL;
 static bool reader_valid = false;
-static RelayPos reader; /* where the next batch starts */
-static Window window;   /* the parts of reader.window */
+static RelayPos reader;            /* where the next batch starts */
+static Window window;              /* the parts of reader.window */
 static RelayBatch *reading = NULL; /* a batch being read and sent */
 
 static void load_reader(void);
@@ -144,7 +144,8 @@ relay_first_sends_read(void)
 
 	if (!relay_flight_room(&settings))
 		return READ_FULL;
-	if (!relay_begin("reading the outbox from outbox.relay_cursor and outbox.event_log"))
+	if (!relay_begin(
+			"reading the outbox from outbox.relay_cursor and outbox.event_log"))
 		return READ_GONE;
 	if (!reader_valid)
 		load_reader();
@@ -152,7 +153,8 @@ relay_first_sends_read(void)
 		open_window((Datum) 0);
 
 	outbox_kafka_in_flight(&room, &bytes);
-	room = Max(1, Min(settings.batch_size, settings.max_in_flight_events - room));
+	room =
+		Max(1, Min(settings.batch_size, settings.max_in_flight_events - room));
 	batch = reading = relay_batch_new(false, &settings, room);
 	batch->before = copy_pos(&reader, batch->memory);
 	relay_flight_push(batch);
@@ -208,12 +210,13 @@ relay_first_sends_settle(TimestampTz now, bool *unreachable)
 	int cuts[SETTLE_BATCHES];
 	int n = 0;
 
-	for (RelayBatch *head = relay_flight_head(); head != NULL && n < SETTLE_BATCHES;
-		 head = relay_flight_next(head))
+	for (RelayBatch *head = relay_flight_head();
+		 head != NULL && n < SETTLE_BATCHES; head = relay_flight_next(head))
 	{
 		bool handing = !relay_batch_all_answered(head);
 
-		if (head == reading || (handing && !relay_flight_may_hand_over(head, now)))
+		if (head == reading ||
+			(handing && !relay_flight_may_hand_over(head, now)))
 			break;
 		if (n == 0 && !relay_begin("recording deliveries in outbox.relay_cursor"))
 			return false;
@@ -290,8 +293,8 @@ load_reader(void)
 	pos.window = SPI_getbinval(row, desc, 2, &isnull);
 	if (isnull)
 		pos.window = (Datum) 0;
-	pos.last_tx = DatumGetFullTransactionId(SPI_getbinval(row, desc, 3, &isnull))
-					  .value;
+	pos.last_tx =
+		DatumGetFullTransactionId(SPI_getbinval(row, desc, 3, &isnull)).value;
 	pos.last_id = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
 	set_reader(&pos);
 	window.rows = 0;
@@ -347,7 +350,8 @@ open_window(Datum given)
 	old = MemoryContextSwitchTo(reader_memory);
 	if (given == (Datum) 0)
 	{
-		reader.window = datumCopy(SPI_getbinval(row, desc, 1, &isnull), false, -1);
+		reader.window =
+			datumCopy(SPI_getbinval(row, desc, 1, &isnull), false, -1);
 		reader.last_tx = 0;
 		reader.last_id = 0;
 		window.rows = 0;
@@ -357,8 +361,8 @@ open_window(Datum given)
 	window.window_xmax =
 		DatumGetFullTransactionId(SPI_getbinval(row, desc, 3, &isnull)).value;
 	deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(row, desc, 4, &isnull)),
-					  XID8OID, sizeof(uint64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-					  &xip, NULL, &nxip);
+					  XID8OID, sizeof(uint64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &xip, NULL, &nxip);
 	window.nxip = nxip;
 	window.xip = palloc(sizeof(uint64) * Max(nxip, 1));
 	for (int i = 0; i < nxip; i++)
@@ -408,9 +412,9 @@ read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi, bool *full)
 	values[1] = xid8_datum(hi);
 	values[2] = xid8_datum(batch->count > 0 ? batch->tx[batch->count - 1]
 											: reader.last_tx);
-	values[3] = Int64GetDatum(batch->count > 0
-								  ? batch->msgs[batch->count - 1].event_id
-								  : reader.last_id);
+	values[3] =
+		Int64GetDatum(batch->count > 0 ? batch->msgs[batch->count - 1].event_id
+									   : reader.last_id);
 	values[4] = reader.window;
 	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
 	while (more && !*full && batch->count < batch->capacity)
@@ -591,7 +595,8 @@ set_reader(const RelayPos *pos)
 
 	if (same_window)
 	{
-		kept.xip = MemoryContextAlloc(fresh, sizeof(uint64) * Max(window.nxip, 1));
+		kept.xip =
+			MemoryContextAlloc(fresh, sizeof(uint64) * Max(window.nxip, 1));
 		memcpy(kept.xip, window.xip, sizeof(uint64) * window.nxip);
 	}
 	if (reader_memory != NULL)

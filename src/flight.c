@@ -104,7 +104,8 @@ relay_flight_next(RelayBatch *batch)
 {
 	if (!dlist_has_next(&queue, &batch->node))
 		return NULL;
-	return dlist_container(RelayBatch, node, dlist_next_node(&queue, &batch->node));
+	return dlist_container(RelayBatch, node,
+						   dlist_next_node(&queue, &batch->node));
 }
 
 /*
@@ -421,8 +422,9 @@ say_stuck(const char *topic, uint64 hash)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	bool found;
-	TimestampTz *last = (TimestampTz *) ((char *) hash_search(said, &hash, HASH_ENTER, &found) +
-										 sizeof(uint64));
+	TimestampTz *last =
+		(TimestampTz *) ((char *) hash_search(said, &hash, HASH_ENTER, &found) +
+						 sizeof(uint64));
 	char reported[256];
 
 	if (found && !TimestampDifferenceExceeds(*last, now, STUCK_REPEAT_MS))
@@ -433,13 +435,17 @@ say_stuck(const char *topic, uint64 hash)
 				 "events of topic \"%.249s\" are stuck: the cluster reports %s",
 				 topic, reported);
 	else
-		snprintf(stuck_reason, sizeof(stuck_reason),
-				 "events of topic \"%.249s\" are stuck: not acknowledged within %d ms while later events were",
-				 topic, HANDOVER_MS);
-	ereport(LOG,
-			(errmsg("outbox relay: %s", stuck_reason),
-			 errdetail("They wait in outbox.event_state as 'sending' until Kafka answers for them, later events of the topic wait behind them, and other topics go on."),
-			 errhint("See outbox.events and outbox.stats.retrying; a topic the cluster refuses makes its events dead after outbox.max_attempts.")));
+		snprintf(
+			stuck_reason, sizeof(stuck_reason),
+			"events of topic \"%.249s\" are stuck: not acknowledged within %d ms while later events were",
+			topic, HANDOVER_MS);
+	ereport(
+		LOG,
+		(errmsg("outbox relay: %s", stuck_reason),
+		 errdetail(
+			 "They wait in outbox.event_state as 'sending' until Kafka answers for them, later events of the topic wait behind them, and other topics go on."),
+		 errhint(
+			 "See outbox.events and outbox.stats.retrying; a topic the cluster refuses makes its events dead after outbox.max_attempts.")));
 	tally.error = stuck_reason;
 }
 

@@ -212,14 +212,17 @@ define_relay_settings(void)
 
 	DefineCustomIntVariable(
 		"outbox.max_in_flight_events",
-		gettext_noop("Most events the relay has sent and Kafka not yet answered for."),
-		gettext_noop("Several batches are in flight while the oldest is answered."),
+		gettext_noop(
+			"Most events the relay has sent and Kafka not yet answered for."),
+		gettext_noop(
+			"Several batches are in flight while the oldest is answered."),
 		&outbox_max_in_flight_events, DEFAULT_MAX_IN_FLIGHT_EVENTS, 1,
 		MAX_MAX_IN_FLIGHT_EVENTS, PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.max_in_flight_size",
-		gettext_noop("Most payload bytes the relay has sent and Kafka not yet answered for."),
+		gettext_noop(
+			"Most payload bytes the relay has sent and Kafka not yet answered for."),
 		gettext_noop("Bounds the relay's memory whatever the payloads: "
 					 "librdkafka holds a copy of each event in flight."),
 		&outbox_max_in_flight_size, DEFAULT_MAX_IN_FLIGHT_SIZE, 1,

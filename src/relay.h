@@ -168,8 +168,7 @@ extern void relay_flight_drop_all(bool handed_too);
 extern bool relay_flight_room(const RelaySettings *settings);
 extern bool relay_flight_empty(void);
 extern bool relay_flight_idle(void);
-extern bool relay_flight_may_hand_over(const RelayBatch *batch,
-									   TimestampTz now);
+extern bool relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now);
 extern TimestampTz relay_flight_next_handover(void);
 extern void relay_flight_hand_over(RelayBatch *batch, int i);
 extern bool relay_flight_topic_stuck(uint64 topic_hash);

@@ -65,7 +65,8 @@ relay_retries_read(void)
 
 	if (relay_flight_retry() != NULL || !relay_flight_room(&settings))
 		return READ_FULL;
-	if (!relay_begin("reading due retries from outbox.event_state and outbox.event_log"))
+	if (!relay_begin(
+			"reading due retries from outbox.event_state and outbox.event_log"))
 		return READ_GONE;
 	batch = reading = relay_batch_new(true, &settings, settings.batch_size);
 	relay_flight_set_retry(batch);
@@ -184,7 +185,8 @@ read_due(RelayBatch *batch, bool *any_due)
 		HeapTuple row = SPI_tuptable->vals[r];
 		TupleDesc desc = SPI_tuptable->tupdesc;
 		bool isnull;
-		bool due = DatumGetBool(SPI_getbinval(row, desc, RETRY_COL_DUE, &isnull));
+		bool due =
+			DatumGetBool(SPI_getbinval(row, desc, RETRY_COL_DUE, &isnull));
 		int i = relay_batch_add(batch, row, desc);
 
 		batch->due[i] = due;
@@ -230,7 +232,8 @@ note_released(RelayBatch *batch)
 	{
 		uint64 id = (uint64) batch->msgs[i].event_id;
 
-		if (batch->fate[i] != FATE_HELD || !relay_key_has(open, batch->key_hash[i]))
+		if (batch->fate[i] != FATE_HELD ||
+			!relay_key_has(open, batch->key_hash[i]))
 			continue;
 		if (!batch->due[i])
 			(void) hash_search(open, &batch->key_hash[i], HASH_REMOVE, NULL);

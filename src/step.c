@@ -121,12 +121,13 @@ version_current(Oid ext)
 		return true;
 	if (!version_said)
 	{
-		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("outbox relay: the extension here is version %s, the server's library is %s; the relay waits",
-						version ? version : "unknown", OUTBOX_VERSION),
-				 errdetail("Events are kept and sent once the extension is updated."),
-				 errhint("Run ALTER EXTENSION outbox UPDATE in this database.")));
+		ereport(
+			WARNING,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("outbox relay: the extension here is version %s, the server's library is %s; the relay waits",
+					version ? version : "unknown", OUTBOX_VERSION),
+			 errdetail("Events are kept and sent once the extension is updated."),
+			 errhint("Run ALTER EXTENSION outbox UPDATE in this database.")));
 		version_said = true;
 	}
 	return false;

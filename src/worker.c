@@ -54,17 +54,17 @@ typedef struct Round
 	bool worked;      /* recorded or sent something: go on at once */
 	bool unreachable; /* a batch failed at once for the broker's sake */
 	bool paused;
-	bool full;        /* the flight is full: wait for Kafka */
+	bool full; /* the flight is full: wait for Kafka */
 } Round;
 
 static char *used_brokers = NULL; /* settings the producer was made with */
 static char *used_properties = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
-static bool started = false;         /* 'sending' rows of the last relay reset */
-static TimestampTz drain_since = 0;  /* the producer waits to be remade */
-static TimestampTz reads_at = 0;     /* first sends: not before (a backoff) */
-static TimestampTz retries_at = 0;   /* retries: not before */
+static bool started = false; /* 'sending' rows of the last relay reset */
+static TimestampTz drain_since = 0; /* the producer waits to be remade */
+static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
+static TimestampTz retries_at = 0;  /* retries: not before */
 static int unreachable_ms = 0;
 static TimestampTz seen_ack = 0;
 static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
@@ -355,8 +355,7 @@ ensure_producer(void)
 static void
 tend_producer(TimestampTz now)
 {
-	if (outbox_kafka_running() &&
-		(outbox_kafka_fatal() || producer_outdated()))
+	if (outbox_kafka_running() && (outbox_kafka_fatal() || producer_outdated()))
 	{
 		if (drain_since == 0)
 			drain_since = now;
@@ -391,7 +390,8 @@ round_step(void *arg)
 	Round *round = (Round *) arg;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (!started && relay_begin("resetting handed-over events in outbox.event_state"))
+	if (!started &&
+		relay_begin("resetting handed-over events in outbox.event_state"))
 	{
 		relay_reset_sending();
 		relay_commit();
@@ -399,9 +399,11 @@ round_step(void *arg)
 	}
 	if (relay_recreated())
 	{
-		ereport(LOG,
-				(errmsg("outbox relay: the extension was created again; the relay starts clean"),
-				 errdetail("What it was sending from the dropped extension is not recorded in the new one.")));
+		ereport(
+			LOG,
+			(errmsg("outbox relay: the extension was created again; the relay starts clean"),
+			 errdetail(
+				 "What it was sending from the dropped extension is not recorded in the new one.")));
 		relay_flight_drop_all(true);
 		relay_first_sends_restart();
 		started = false;
@@ -523,8 +525,7 @@ after_round(const Round *round, TimestampTz now)
 		set_state(RELAY_STATE_PAUSED);
 	else if (!outbox_kafka_running())
 		return; /* "not configured", said by ensure_producer */
-	else if (now < reads_at ||
-			 strcmp(outbox_kafka_broker_state(), "down") == 0)
+	else if (now < reads_at || strcmp(outbox_kafka_broker_state(), "down") == 0)
 		set_state(RELAY_STATE_UNREACHABLE);
 	else if (!relay_flight_idle() || round->worked)
 		set_state(RELAY_STATE_SENDING);
