@@ -329,7 +329,7 @@ COMMENT ON FUNCTION outbox.relay_status() IS
 -- jit_above_cost spent ~100 ms compiling itself).
 CREATE VIEW outbox.stats AS
 WITH fresh AS MATERIALIZED (
-    SELECT l.id, l.created_at
+    SELECT l.tx, l.id, l.created_at
       FROM outbox.event_log l
      WHERE l.tx OPERATOR(pg_catalog.>=)
                (SELECT pg_catalog.pg_snapshot_xmax(c.done_snapshot) FROM outbox.relay_cursor c)
@@ -345,7 +345,7 @@ WITH fresh AS MATERIALIZED (
     -- planner may join the two sets as their sizes say (a probe per event
     -- cost three times the scan).
     SELECT (SELECT pg_catalog.count(*) FROM fresh) AS n,
-           (SELECT pg_catalog.min(id) FROM fresh) AS low_id,
+           (SELECT l.id FROM fresh l ORDER BY l.tx DESC, l.id DESC LIMIT 1) AS last_id,
            pg_catalog.count(*) AS unsent,
            pg_catalog.min(f.created_at) AS oldest
       FROM fresh f
@@ -372,8 +372,10 @@ WITH fresh AS MATERIALIZED (
 )
 SELECT CASE
            WHEN f.n OPERATOR(pg_catalog.<=) 10000 THEN f.unsent
-           ELSE GREATEST(f.unsent, (SELECT pg_catalog.max(l.id) FROM outbox.event_log l)
-                                  OPERATOR(pg_catalog.-) f.low_id OPERATOR(pg_catalog.+) 1)
+           -- The rest, past the last row counted: the ids after it.
+           ELSE f.unsent OPERATOR(pg_catalog.+) GREATEST(0,
+                    (SELECT pg_catalog.max(l.id) FROM outbox.event_log l)
+                        OPERATOR(pg_catalog.-) f.last_id)
        END
            OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM open)
            OPERATOR(pg_catalog.+) (SELECT pg_catalog.count(*) FROM waiting) AS backlog,
@@ -410,7 +412,7 @@ SELECT CASE
   FROM fresh_sum f, relays;
 
 COMMENT ON VIEW outbox.stats IS
-    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that from their id range (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
+    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
 
 -- Set the pause flag and wake the relay to notice it.
 CREATE FUNCTION outbox._set_paused(paused boolean) RETURNS void

@@ -251,6 +251,9 @@ t_backlog_open_window() {
     wait_until 30 "SELECT backlog = 0 FROM outbox.stats" \
         || { fail "backlog not 0 before the case: $(sql "SELECT backlog FROM outbox.stats")"; return; }
     set_batch_size $batch
+    # Two batches in flight at most: the window drains slowly enough for
+    # the pause to land in the middle of it.
+    set_in_flight $((2 * batch))
     hold_early_event $topic
     sql "SELECT count(outbox.enqueue('T', 'bl-w-' || i, '{}', topic => '$topic')) FROM generate_series(1, $n) i" >/dev/null
     mid_flow $topic $((n + 1)) $((10 * batch))
