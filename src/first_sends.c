@@ -139,10 +139,9 @@ relay_first_sends_read(void)
 	HTAB *blocked;
 	bool full = false;
 	bool exhausted;
-	int room;
-	size_t bytes;
+	int room = relay_flight_room(&settings, NULL);
 
-	if (!relay_flight_room(&settings))
+	if (room == 0)
 		return READ_FULL;
 	if (!relay_begin(
 			"reading the outbox from outbox.relay_cursor and outbox.event_log"))
@@ -152,10 +151,8 @@ relay_first_sends_read(void)
 	if (reader.window == (Datum) 0)
 		open_window((Datum) 0);
 
-	outbox_kafka_in_flight(&room, &bytes);
-	room =
-		Max(1, Min(settings.batch_size, settings.max_in_flight_events - room));
-	batch = reading = relay_batch_new(false, &settings, room);
+	batch = reading =
+		relay_batch_new(false, &settings, Min(settings.batch_size, room));
 	batch->before = copy_pos(&reader, batch->memory);
 	relay_flight_push(batch);
 	blocked = relay_key_set(CurrentMemoryContext);
@@ -164,6 +161,7 @@ relay_first_sends_read(void)
 	exhausted = read_window(batch, blocked, &full);
 	relay_commit();
 	reading = NULL;
+	relay_flight_admit(batch);
 	if (batch->count > 0)
 		outbox_kafka_push();
 
@@ -403,7 +401,12 @@ read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi, bool *full)
 {
 	Oid types[5] = {XID8OID, XID8OID, XID8OID, INT8OID, PG_SNAPSHOTOID};
 	Datum values[5];
-	SPIPlanPtr plan = outbox_keep_plan(&part_plan, part_sql, 5, types, true);
+	/*
+	 * One generic plan: with sequential scans, bitmap scans and sorts
+	 * off (pin_settings), the ordered range of event_log_tx_id is the
+	 * only plan, and planning it per part cost more than reading it.
+	 */
+	SPIPlanPtr plan = outbox_keep_plan(&part_plan, part_sql, 5, types, false);
 	Portal portal;
 	int taken = 0;
 	bool more = true;
@@ -446,7 +449,7 @@ take_row(RelayBatch *batch, HTAB *blocked, HeapTuple row, TupleDesc desc)
 {
 	int i;
 
-	if (batch->count > 0 && !relay_flight_room(&batch->settings))
+	if (batch->count > 0 && relay_flight_room(&batch->settings, batch) == 0)
 		return false;
 	i = relay_batch_add(batch, row, desc);
 	if (relay_key_has(blocked, batch->key_hash[i]) ||

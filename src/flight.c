@@ -5,8 +5,10 @@
  * First sends are a queue in stream order: several batches are in flight
  * while the oldest is answered, and progress is recorded from the head
  * only, so the cursor never passes an event Kafka has not answered for.
- * Retries have one slot of their own.  What librdkafka holds for the relay
- * is bounded by outbox.max_in_flight_events and outbox.max_in_flight_size.
+ * Retries have one slot of their own.  The events sent and not yet
+ * recorded, which a crash would send again, are bounded by
+ * outbox.max_in_flight_events; the payload bytes librdkafka holds for the
+ * relay by outbox.max_in_flight_size.
  *
  * A batch whose events are all answered but a few, while Kafka has
  * acknowledged later ones, holds a stuck topic or partition: those few are
@@ -47,7 +49,8 @@ static dlist_head queue = DLIST_STATIC_INIT(queue);
 static RelayBatch *retry_batch = NULL;
 static dlist_head lingering = DLIST_STATIC_INIT(lingering);
 static HTAB *stuck = NULL;
-static HTAB *said = NULL; /* topic hash -> when it was last said stuck */
+static int unrecorded = 0; /* events of admitted batches and handed-over ones */
+static HTAB *said = NULL;  /* topic hash -> when it was last said stuck */
 static RelayTally tally;
 static char stuck_reason[512];
 
@@ -128,6 +131,17 @@ relay_flight_set_retry(RelayBatch *batch)
 }
 
 /*
+ * relay_flight_admit: a batch read whole counts against the bound until
+ * it is recorded or dropped.
+ */
+void
+relay_flight_admit(RelayBatch *batch)
+{
+	batch->admitted = true;
+	unrecorded += batch->count;
+}
+
+/*
  * relay_flight_done: the batch recorded everything of its own; what is
  * left in flight of it is handed over or dropped.
  */
@@ -197,17 +211,20 @@ relay_flight_drop_all(bool handed_too)
 }
 
 /*
- * relay_flight_room: whether librdkafka holds less than the settings allow.
+ * relay_flight_room: how many more events may be sent by the settings,
+ * reading counting those of the batch being read (0 if none may).
  */
-bool
-relay_flight_room(const RelaySettings *settings)
+int
+relay_flight_room(const RelaySettings *settings, const RelayBatch *reading)
 {
 	int messages;
 	size_t bytes;
+	int held = unrecorded + (reading != NULL ? reading->count : 0);
 
 	outbox_kafka_in_flight(&messages, &bytes);
-	return messages < settings->max_in_flight_events &&
-		   bytes < (size_t) settings->max_in_flight_size;
+	if (bytes >= (size_t) settings->max_in_flight_size)
+		return 0;
+	return Max(0, settings->max_in_flight_events - held);
 }
 
 /*
@@ -283,6 +300,7 @@ relay_flight_hand_over(RelayBatch *batch, int i)
 		say_stuck(batch->msgs[i].topic, hash);
 	}
 	topic->waiting++;
+	unrecorded++;
 	batch->fate[i] = FATE_HANDED;
 }
 
@@ -475,6 +493,9 @@ drop_messages(RelayBatch *batch, int from, bool handed_too)
 static void
 let_go(RelayBatch *batch)
 {
+	if (batch->admitted)
+		unrecorded -= batch->count;
+	batch->admitted = false;
 	if (freeable(batch))
 		relay_batch_free(batch);
 	else
@@ -508,6 +529,7 @@ unstick(RelayBatch *batch, int i)
 	StuckTopic *topic = hash_search(stuck, &hash, HASH_FIND, &found);
 
 	batch->fate[i] = FATE_SETTLED;
+	unrecorded--;
 	if (found && --topic->waiting <= 0)
 		(void) hash_search(stuck, &hash, HASH_REMOVE, NULL);
 }

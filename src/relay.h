@@ -89,6 +89,7 @@ typedef struct RelayBatch
 	MemoryContext memory;
 	MemoryContext scratch;  /* a message being made, reset after each */
 	bool retry;             /* retries: no place in the stream */
+	bool admitted;          /* counted against outbox.max_in_flight_events */
 	RelaySettings settings; /* as when the batch was read */
 	int count;
 	int capacity;
@@ -165,7 +166,9 @@ extern void relay_flight_set_retry(RelayBatch *batch);
 extern void relay_flight_done(RelayBatch *batch);
 extern void relay_flight_drop_from(RelayBatch *batch, int from);
 extern void relay_flight_drop_all(bool handed_too);
-extern bool relay_flight_room(const RelaySettings *settings);
+extern void relay_flight_admit(RelayBatch *batch);
+extern int relay_flight_room(const RelaySettings *settings,
+							 const RelayBatch *reading);
 extern bool relay_flight_empty(void);
 extern bool relay_flight_idle(void);
 extern bool relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now);

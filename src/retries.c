@@ -63,7 +63,7 @@ relay_retries_read(void)
 	RelayBatch *batch;
 	bool any_due = false;
 
-	if (relay_flight_retry() != NULL || !relay_flight_room(&settings))
+	if (relay_flight_retry() != NULL || relay_flight_room(&settings, NULL) == 0)
 		return READ_FULL;
 	if (!relay_begin(
 			"reading due retries from outbox.event_state and outbox.event_log"))
@@ -73,6 +73,7 @@ relay_retries_read(void)
 	read_due(batch, &any_due);
 	relay_commit();
 	reading = NULL;
+	relay_flight_admit(batch);
 	if (any_due)
 		outbox_kafka_push();
 	if (batch->count == 0 || !any_due)
@@ -192,7 +193,7 @@ read_due(RelayBatch *batch, bool *any_due)
 		batch->due[i] = due;
 		if (!due || relay_key_has(blocked, batch->key_hash[i]) ||
 			relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)) ||
-			!relay_flight_room(&batch->settings))
+			relay_flight_room(&batch->settings, batch) == 0)
 			batch->fate[i] = FATE_HELD;
 		else if (!relay_batch_send(batch, i, row, desc))
 			batch->fate[i] = FATE_HELD;
