@@ -53,6 +53,7 @@ static int unrecorded = 0; /* events of admitted batches and handed-over ones */
 static HTAB *said = NULL;  /* topic hash -> when it was last said stuck */
 static RelayTally tally;
 static char stuck_reason[512];
+static char tally_error[OUTBOX_ERROR_LEN];
 
 static void drop_messages(RelayBatch *batch, int from, bool handed_too);
 static void let_go(RelayBatch *batch);
@@ -200,13 +201,17 @@ relay_flight_drop_all(bool handed_too)
 	}
 	if (!handed_too)
 		return;
+	/* Left in the list while Kafka owes answers (let_go would requeue). */
 	dlist_foreach_modify(iter, &lingering)
 	{
 		RelayBatch *b = dlist_container(RelayBatch, node, iter.cur);
 
 		drop_messages(b, 0, true);
-		dlist_delete(&b->node);
-		let_go(b);
+		if (freeable(b))
+		{
+			dlist_delete(&b->node);
+			relay_batch_free(b);
+		}
 	}
 }
 
@@ -411,8 +416,12 @@ relay_tally(const OutboxMessage *msg, int attempts)
 		tally.sent++;
 	else
 	{
+		/* Copied: the batch may be let go before the loop publishes it. */
 		tally.failed++;
-		tally.error = msg->error_text;
+		strlcpy(tally_error,
+				msg->error_text ? msg->error_text : "delivery failed",
+				sizeof(tally_error));
+		tally.error = tally_error;
 	}
 	if (attempts > 0)
 		tally.retried++;

@@ -118,7 +118,7 @@ typedef struct RelayTally
 	uint64 sent;
 	uint64 failed;
 	uint64 retried;
-	const char *error; /* the latest failure's, static text */
+	const char *error; /* the latest failure's, in flight.c's memory */
 } RelayTally;
 
 /* step.c */

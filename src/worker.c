@@ -63,6 +63,7 @@ static bool wait_for_reload = false; /* settings unusable as they are */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
 static bool started = false; /* 'sending' rows of the last relay reset */
 static TimestampTz drain_since = 0; /* the producer waits to be remade */
+static TimestampTz remake_at = 0;   /* after a fatal error: not before */
 static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
 static int unreachable_ms = 0;
@@ -355,15 +356,25 @@ ensure_producer(void)
 static void
 tend_producer(TimestampTz now)
 {
-	if (outbox_kafka_running() && (outbox_kafka_fatal() || producer_outdated()))
+	if (outbox_kafka_running() && outbox_kafka_fatal())
+	{
+		/* Made again after a backoff, as for an unreachable broker. */
+		stop_producer_now();
+		unreachable_ms = unreachable_ms == 0
+							 ? outbox_backoff_min
+							 : Min(unreachable_ms * 2, outbox_backoff_max);
+		remake_at = TimestampTzPlusMilliseconds(now, unreachable_ms);
+		log_stall(true);
+	}
+	if (outbox_kafka_running() && producer_outdated())
 	{
 		if (drain_since == 0)
 			drain_since = now;
-		if (outbox_kafka_fatal() || relay_flight_empty() ||
+		if (relay_flight_empty() ||
 			TimestampDifferenceExceeds(drain_since, now, DRAIN_MS))
 			stop_producer_now();
 	}
-	if (!outbox_kafka_running())
+	if (!outbox_kafka_running() && now >= remake_at)
 		(void) ensure_producer();
 }
 
@@ -523,6 +534,8 @@ after_round(const Round *round, TimestampTz now)
 		return;
 	if (round->paused && relay_flight_empty())
 		set_state(RELAY_STATE_PAUSED);
+	else if (!outbox_kafka_running() && now < remake_at)
+		set_state(RELAY_STATE_UNREACHABLE);
 	else if (!outbox_kafka_running())
 		return; /* "not configured", said by ensure_producer */
 	else if (now < reads_at || strcmp(outbox_kafka_broker_state(), "down") == 0)
@@ -552,6 +565,8 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, handover);
 	if (reads_at > now)
 		until = Min(until, reads_at);
+	if (remake_at > now)
+		until = Min(until, remake_at);
 	if (until <= now)
 		return 1;
 	TimestampDifference(now, until, &secs, &usecs);
