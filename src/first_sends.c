@@ -323,7 +323,8 @@ recreate_cursor(void)
 
 /*
  * open_window: the window given (or, if 0, the current snapshot as a new
- * one) after the reader's done snapshot, and its parts.
+ * one) after the reader's done snapshot, and its parts; once the
+ * synchronous standbys have every commit it sees.
  */
 static void
 open_window(Datum given)
@@ -366,6 +367,7 @@ open_window(Datum given)
 	for (int i = 0; i < nxip; i++)
 		window.xip[i] = DatumGetFullTransactionId(xip[i]).value;
 	MemoryContextSwitchTo(old);
+	relay_wait_replicated();
 }
 
 /*

@@ -127,6 +127,7 @@ extern bool relay_recreated(void);
 extern bool relay_needs_update(void);
 extern void relay_commit(void);
 extern const char *relay_activity(void);
+extern void relay_wait_replicated(void);
 extern void relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 						   const Oid *types, Datum *values, int expect,
 						   bool custom);

@@ -1,7 +1,8 @@
 /*
  * step.c
  *		The transaction bracket around every step of relaying, the way
- *		worker_spi brackets a unit of work, and running a kept plan.
+ *		worker_spi brackets a unit of work, running a kept plan, and
+ *		waiting until what a step read is on the synchronous standbys.
  *
  * src/step.c
  */
@@ -11,11 +12,17 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/indexing.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "pgstat.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -38,6 +45,8 @@ static bool recreated = false;
 static const char *current_activity = "";
 
 static bool version_current(Oid ext);
+static bool replicated(XLogRecPtr lsn);
+static bool standbys_named(void);
 
 /*
  * relay_begin: start a transaction for one step.  False, with no
@@ -192,4 +201,81 @@ relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs, const Oid *types,
 	if (rc != expect)
 		elog(ERROR, "outbox relay: \"%s\" failed: %s", sql,
 			 SPI_result_code_string(rc));
+}
+
+/*
+ * relay_wait_replicated: wait until the synchronous standbys confirm the
+ * WAL flushed so far, and so every commit the current snapshot sees.
+ *
+ * A commit is visible before the standbys confirm it when its wait for
+ * them is canceled, or after a crash restart, which replays it from the
+ * local WAL.  Sent then, a failover would leave Kafka holding an event
+ * the new primary never had; writers whose outcome was unknown enqueue it
+ * again under another id, which a consumer's claim refuses by its biz key.
+ * The wait is PostgreSQL's own, as for a commit: it shows in
+ * pg_stat_activity as wait event SyncRep, and ends with the standby, a
+ * change of synchronous_standby_names, or the relay's termination.
+ *
+ * Commits made with synchronous_commit = off can be visible before they
+ * are flushed at all; they are not waited for (README, "Delivery").
+ */
+void
+relay_wait_replicated(void)
+{
+	XLogRecPtr upto = GetFlushRecPtr(NULL);
+
+	if (replicated(upto))
+		return;
+	pgstat_report_activity(
+		STATE_RUNNING,
+		"waiting for the synchronous standbys to confirm the events read");
+	SyncRepWaitForLSN(upto, false);
+	/* Its wait consumed any wake-up meant for the loop. */
+	SetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	pgstat_report_activity(STATE_RUNNING, current_activity);
+	if (!replicated(upto))
+		ereport(
+			ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("outbox relay: the wait for the synchronous standbys was canceled"),
+			 errdetail("Events are sent only once the standbys confirm them.")));
+}
+
+/*
+ * replicated: whether the synchronous standbys confirm WAL up to lsn, as
+ * a commit of this session would wait for them (none when the session's
+ * synchronous_commit does not ask for them or none are named).
+ */
+static bool
+replicated(XLogRecPtr lsn)
+{
+	int mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE
+				   ? SYNC_REP_WAIT_WRITE
+				   : SYNC_REP_WAIT_FLUSH;
+	bool done;
+
+	if (!SyncRepRequested())
+		return true;
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	done = !standbys_named() || lsn <= WalSndCtl->lsn[mode];
+	LWLockRelease(SyncRepLock);
+	return done;
+}
+
+/*
+ * standbys_named: whether synchronous standbys are named, as the
+ * checkpointer publishes it; until it has (just after a start), as the
+ * setting says.  Minor releases since 2025 keep this in a status word.
+ */
+static bool
+standbys_named(void)
+{
+#ifdef SYNC_STANDBY_DEFINED
+	if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_INIT)
+		return (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
+	return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+#else
+	return WalSndCtl->sync_standbys_defined;
+#endif
 }

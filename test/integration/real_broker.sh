@@ -432,6 +432,56 @@ t_promotion() {
     wait_until 30 "$(all_sent $topic 100)" || fail "the old primary did not catch up"
 }
 
+# A commit PostgreSQL made visible before the synchronous standby had it
+# (its wait for the standby canceled, or replayed from the local WAL by a
+# restart) is sent only once the standby confirms it: a failover before
+# that would leave Kafka holding an event the new primary never had.  The
+# relay says what it waits for in pg_stat_activity.
+t_sync_standby_unconfirmed() {
+    local topic=it.syncrep out=$IT_TMP/syncrep.tsv standby=$CLUSTER_DIR/syncrep sport=5433
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR waiting writer
+    cluster_run "$server_bin/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby" -R -X stream --checkpoint=fast \
+        || { fail "pg_basebackup failed"; return; }
+    echo "port = $sport" | cluster_run tee -a "$standby/postgresql.conf" >/dev/null
+    standby_ctl() { cluster_run "$server_bin/pg_ctl" -D "$standby" -l "$IT_TMP/syncrep.log" "$@" >/dev/null; }
+    standby_ctl -w start || { fail "standby did not start"; return; }
+    sql "ALTER SYSTEM SET synchronous_standby_names = '*'" && sql "SELECT pg_reload_conf()" >/dev/null
+    wait_until 30 "SELECT sync_state = 'sync' FROM pg_stat_replication" || fail "standby not synchronous"
+    standby_ctl -m fast -w stop
+    waiting="SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE '%sr-%'"
+
+    # A writer's wait canceled: its event is committed, visible, unconfirmed.
+    sql "SELECT outbox.enqueue('T', 'sr-1', '{}', topic => '$topic')" >/dev/null 2>&1 &
+    writer=$!
+    wait_until 10 "SELECT count(*) = 1 FROM ($waiting) w" || fail "the commit did not wait for the standby"
+    sql "SELECT pg_cancel_backend(pid) FROM ($waiting) w" >/dev/null
+    wait $writer
+    expect "canceled commit visible" "$(sql "SELECT count(*) FROM outbox.event_log WHERE biz_key = 'sr-1'")" 1
+    wait_until 10 "SELECT query LIKE '%synchronous standbys%' FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "the relay does not say it waits for the standby: $(sql "SELECT wait_event || ': ' || query FROM pg_stat_activity WHERE backend_type = 'outbox relay'")"
+
+    # A writer waiting when the primary restarts: replayed, visible, unconfirmed.
+    sql "SELECT outbox.enqueue('T', 'sr-2', '{}', topic => '$topic')" >/dev/null 2>&1 &
+    writer=$!
+    wait_until 10 "SELECT count(*) = 1 FROM ($waiting) w" || fail "the second commit did not wait for the standby"
+    cluster_ctl -m immediate stop >/dev/null
+    wait $writer
+    cluster_start
+    expect "replayed commit visible" "$(sql "SELECT count(*) FROM outbox.event_log WHERE biz_key = 'sr-2'")" 1
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" || fail "no relay after the restart"
+    consume $topic 2 3000 >"$out"
+    expect "events sent before the standby confirmed them" "$(wc -l <"$out")" 0
+
+    standby_ctl -w start || fail "standby did not start again"
+    consume $topic 2 30000 >"$out"
+    load_consumed got_syncrep "$out"
+    expect_delivered "sent once the standby confirmed them" got_syncrep \
+        "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
+    sql "ALTER SYSTEM RESET synchronous_standby_names" && sql "SELECT pg_reload_conf()" >/dev/null
+    standby_ctl -m fast -w stop
+    cluster_run rm -rf "$standby"
+}
+
 # stats and relay_status while the broker is down: the backlog and its age
 # grow, the relay says the broker is unreachable and warns in the log; then
 # every event arrives, the backlog drains and the warning is followed by a
