@@ -24,7 +24,8 @@
 #   DEBEZIUM_LATENCY, for commit-to-consumer latency: poll.interval.ms =
 #     DEBEZIUM_POLL_MS (10; the connector's default 500 adds up to half a
 #     second or more to every event), the default max.batch.size (2048) and
-#     max.queue.size (8192).
+#     max.queue.size (8192), and a producer lingering 1 ms, as the relay's
+#     librdkafka producer does by default.
 #   DEBEZIUM_DRAIN, for the backlog drain: larger batches and queue and a
 #     producer that batches longer.  The values are the best of the trials
 #     bench/run's DEBEZIUM_TRIALS measures (see bench/run's header for the
@@ -35,7 +36,7 @@
 
 DEBEZIUM_POM=${DEBEZIUM_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/debezium/pom.xml}
 DEBEZIUM_POLL_MS=${DEBEZIUM_POLL_MS:-10}
-DEBEZIUM_LATENCY=${DEBEZIUM_LATENCY:-poll.interval.ms=$DEBEZIUM_POLL_MS}
+DEBEZIUM_LATENCY=${DEBEZIUM_LATENCY:-poll.interval.ms=$DEBEZIUM_POLL_MS producer.override.linger.ms=1}
 DEBEZIUM_DRAIN=${DEBEZIUM_DRAIN:-max.batch.size=20000 max.queue.size=80000 poll.interval.ms=100 producer.override.linger.ms=20}
 DEBEZIUM_JAVA=${DEBEZIUM_JAVA:-java}
 DEBEZIUM_CONNECT_VERSION=${DEBEZIUM_CONNECT_VERSION:-4.3.0}
