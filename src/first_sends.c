@@ -77,19 +77,23 @@ static const char *const window_sql =
 	"  FROM COALESCE($2, pg_catalog.pg_current_snapshot()) w";
 
 /*
- * One part of a window: the transactions in [$1, $2), after ($3, $4), as
- * seen by the window $5.  An event with a delivery state of its own is
- * the retries' business; in a window read as usual there is none, but
- * after the cursor was recreated (recreate_cursor_sql) the window holds
- * every kept event.
+ * One part of a window: the events after ($1, $2) in transactions below
+ * $3, as seen by the window $4.  The caller's start is never below the
+ * part's first transaction: a lower bound of its own on tx would leave
+ * the index scan to start from the row comparison, which btree cannot
+ * weigh against it, and walk every event before the part.
+ *
+ * An event with a delivery state of its own is the retries' business; in
+ * a window read as usual there is none, but after the cursor was
+ * recreated (recreate_cursor_sql) the window holds every kept event.
  */
 static const char *const part_sql =
 	"SELECT l.id, l.topic, l.msg_key, l.payload, l.headers, l.biz_type,"
 	"       l.biz_key, l.tx"
 	"  FROM outbox.event_log l"
-	" WHERE l.tx OPERATOR(pg_catalog.>=) $1 AND l.tx OPERATOR(pg_catalog.<) $2"
-	"   AND ROW(l.tx, l.id) OPERATOR(pg_catalog.>) ROW($3, $4)"
-	"   AND pg_catalog.pg_visible_in_snapshot(l.tx, $5)"
+	" WHERE ROW(l.tx, l.id) OPERATOR(pg_catalog.>) ROW($1, $2)"
+	"   AND l.tx OPERATOR(pg_catalog.<) $3"
+	"   AND pg_catalog.pg_visible_in_snapshot(l.tx, $4)"
 	"   AND NOT EXISTS (SELECT 1 FROM outbox.event_state s"
 	"                    WHERE s.id OPERATOR(pg_catalog.=) l.id)"
 	" ORDER BY l.tx, l.id";
@@ -401,26 +405,32 @@ read_window(RelayBatch *batch, HTAB *blocked, bool *full)
 static int
 read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi, bool *full)
 {
-	Oid types[5] = {XID8OID, XID8OID, XID8OID, INT8OID, PG_SNAPSHOTOID};
-	Datum values[5];
+	Oid types[4] = {XID8OID, INT8OID, XID8OID, PG_SNAPSHOTOID};
+	Datum values[4];
+	uint64 after_tx =
+		batch->count > 0 ? batch->tx[batch->count - 1] : reader.last_tx;
+	int64 after_id = batch->count > 0 ? batch->msgs[batch->count - 1].event_id
+									  : reader.last_id;
 	/*
 	 * One generic plan: with sequential scans, bitmap scans and sorts
 	 * off (pin_settings), the ordered range of event_log_tx_id is the
 	 * only plan, and planning it per part cost more than reading it.
 	 */
-	SPIPlanPtr plan = outbox_keep_plan(&part_plan, part_sql, 5, types, false);
+	SPIPlanPtr plan = outbox_keep_plan(&part_plan, part_sql, 4, types, false);
 	Portal portal;
 	int taken = 0;
 	bool more = true;
 
-	values[0] = xid8_datum(lo);
-	values[1] = xid8_datum(hi);
-	values[2] = xid8_datum(batch->count > 0 ? batch->tx[batch->count - 1]
-											: reader.last_tx);
-	values[3] =
-		Int64GetDatum(batch->count > 0 ? batch->msgs[batch->count - 1].event_id
-									   : reader.last_id);
-	values[4] = reader.window;
+	/* From the part's first transaction on; no event id is that low. */
+	if (after_tx < lo)
+	{
+		after_tx = lo;
+		after_id = PG_INT64_MIN;
+	}
+	values[0] = xid8_datum(after_tx);
+	values[1] = Int64GetDatum(after_id);
+	values[2] = xid8_datum(hi);
+	values[3] = reader.window;
 	portal = SPI_cursor_open(NULL, plan, values, NULL, true);
 	while (more && !*full && batch->count < batch->capacity)
 	{
