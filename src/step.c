@@ -66,7 +66,6 @@ relay_begin(const char *activity)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	current_activity = activity;
 	ext = get_extension_oid("outbox", true);
 	if (!OidIsValid(ext) || !ConditionalLockDatabaseObject(
 								ExtensionRelationId, ext, 0, AccessShareLock))
@@ -93,6 +92,7 @@ relay_begin(const char *activity)
 	}
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
+	current_activity = activity;
 	pgstat_report_activity(STATE_RUNNING, activity);
 	return true;
 }
