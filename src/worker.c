@@ -193,6 +193,12 @@ pin_settings(void)
 	 */
 	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * Durable records keep duplicates within a crash's bound, and a window
+	 * is sent once the synchronous standbys have it: neither may be
+	 * weakened by a database owner's ALTER DATABASE ... SET.
+	 */
+	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /*

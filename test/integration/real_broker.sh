@@ -447,11 +447,14 @@ t_sync_standby_unconfirmed() {
     standby_ctl -w start || { fail "standby did not start"; return; }
     sql "ALTER SYSTEM SET synchronous_standby_names = '*'" && sql "SELECT pg_reload_conf()" >/dev/null
     wait_until 30 "SELECT sync_state = 'sync' FROM pg_stat_replication" || fail "standby not synchronous"
+    # The database's owner cannot take the relay's wait away (the writers
+    # below ask for synchronous commits themselves).
+    sql "ALTER DATABASE $IT_DB SET synchronous_commit = off"
     standby_ctl -m fast -w stop
     waiting="SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE '%sr-%'"
 
     # A writer's wait canceled: its event is committed, visible, unconfirmed.
-    sql "SELECT outbox.enqueue('T', 'sr-1', '{}', topic => '$topic')" >/dev/null 2>&1 &
+    sql "SET synchronous_commit = on; SELECT outbox.enqueue('T', 'sr-1', '{}', topic => '$topic')" >/dev/null 2>&1 &
     writer=$!
     wait_until 10 "SELECT count(*) = 1 FROM ($waiting) w" || fail "the commit did not wait for the standby"
     sql "SELECT pg_cancel_backend(pid) FROM ($waiting) w" >/dev/null
@@ -461,7 +464,7 @@ t_sync_standby_unconfirmed() {
         || fail "the relay does not say it waits for the standby: $(sql "SELECT wait_event || ': ' || query FROM pg_stat_activity WHERE backend_type = 'outbox relay'")"
 
     # A writer waiting when the primary restarts: replayed, visible, unconfirmed.
-    sql "SELECT outbox.enqueue('T', 'sr-2', '{}', topic => '$topic')" >/dev/null 2>&1 &
+    sql "SET synchronous_commit = on; SELECT outbox.enqueue('T', 'sr-2', '{}', topic => '$topic')" >/dev/null 2>&1 &
     writer=$!
     wait_until 10 "SELECT count(*) = 1 FROM ($waiting) w" || fail "the second commit did not wait for the standby"
     cluster_ctl -m immediate stop >/dev/null
@@ -478,6 +481,7 @@ t_sync_standby_unconfirmed() {
     expect_delivered "sent once the standby confirmed them" got_syncrep \
         "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
     sql "ALTER SYSTEM RESET synchronous_standby_names" && sql "SELECT pg_reload_conf()" >/dev/null
+    sql "ALTER DATABASE $IT_DB RESET synchronous_commit"
     standby_ctl -m fast -w stop
     cluster_run rm -rf "$standby"
 }
