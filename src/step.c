@@ -243,22 +243,19 @@ relay_wait_replicated(void)
 }
 
 /*
- * replicated: whether the synchronous standbys confirm WAL up to lsn, as
- * a commit of this session would wait for them (none when the session's
- * synchronous_commit does not ask for them or none are named).
+ * replicated: whether the synchronous standbys have flushed WAL up to lsn
+ * (true when none are named, or replication is off).  The relay runs with
+ * synchronous_commit = on (pin_settings), so flushed is what it waits for.
  */
 static bool
 replicated(XLogRecPtr lsn)
 {
-	int mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE
-				   ? SYNC_REP_WAIT_WRITE
-				   : SYNC_REP_WAIT_FLUSH;
 	bool done;
 
 	if (!SyncRepRequested())
 		return true;
 	LWLockAcquire(SyncRepLock, LW_SHARED);
-	done = !standbys_named() || lsn <= WalSndCtl->lsn[mode];
+	done = !standbys_named() || lsn <= WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH];
 	LWLockRelease(SyncRepLock);
 	return done;
 }
