@@ -16,6 +16,7 @@
  *		message came for IDLE_MS after the first; exit status 0 if COUNT
  *		(when given) was reached, else 1.
  */
+#define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,9 @@
 #include <librdkafka/rdkafka.h>
 
 #define MAX_TOPICS 32
+#define BATCH 1024
+
+static char outbuf[1 << 20];
 
 static long long
 now_us(void)
@@ -81,13 +85,52 @@ assign_all(rd_kafka_t *rk, char **topics, int ntopics, long long deadline)
 	return 1;
 }
 
+/*
+ * The output goes through one large buffer with plain copies: at a drain of
+ * 100,000+ messages a second, printf's format parsing was a quarter of this
+ * consumer's CPU, taken from the 2 cores the relay and the broker share.
+ */
+static void
+put(const void *data, size_t len)
+{
+	fwrite_unlocked(data, 1, len, stdout);
+}
+
+static void
+put_str(const char *s)
+{
+	put(s, strlen(s));
+}
+
+static void
+put_num(long long v)
+{
+	char		buf[24];
+	char	   *p = buf + sizeof(buf);
+	unsigned long long u = v < 0 ? -(unsigned long long) v : (unsigned long long) v;
+
+	do
+		*--p = '0' + u % 10;
+	while ((u /= 10) != 0);
+	if (v < 0)
+		*--p = '-';
+	put(p, buf + sizeof(buf) - p);
+}
+
 static void
 print_message(const rd_kafka_message_t *m)
 {
 	rd_kafka_headers_t *hdrs = NULL;
 
-	printf("%s\t%d\t%lld\t%.*s\t", rd_kafka_topic_name(m->rkt), m->partition,
-		   (long long) m->offset, (int) m->key_len, m->key ? (const char *) m->key : "");
+	put_str(rd_kafka_topic_name(m->rkt));
+	putchar_unlocked('\t');
+	put_num(m->partition);
+	putchar_unlocked('\t');
+	put_num(m->offset);
+	putchar_unlocked('\t');
+	if (m->key)
+		put(m->key, m->key_len);
+	putchar_unlocked('\t');
 	if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		const char *name;
@@ -95,10 +138,23 @@ print_message(const rd_kafka_message_t *m)
 		size_t		size;
 
 		for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
-			printf("%s%s=%.*s", i ? "," : "", name, (int) size, val ? (const char *) val : "");
+		{
+			if (i)
+				putchar_unlocked(',');
+			put_str(name);
+			putchar_unlocked('=');
+			if (val)
+				put(val, size);
+		}
 	}
-	printf("\t%.*s\t%lld\t%lld\n", (int) m->len, m->payload ? (const char *) m->payload : "", now_us(),
-		   (long long) rd_kafka_message_timestamp(m, NULL));
+	putchar_unlocked('\t');
+	if (m->payload)
+		put(m->payload, m->len);
+	putchar_unlocked('\t');
+	put_num(now_us());
+	putchar_unlocked('\t');
+	put_num(rd_kafka_message_timestamp(m, NULL));
+	putchar_unlocked('\n');
 }
 
 int
@@ -159,25 +215,40 @@ main(int argc, char **argv)
 		return 1;
 	/* Ready: a caller waiting for this line may start producing. */
 	fprintf(stderr, "outbox-consume: assigned\n");
+	setvbuf(stdout, outbuf, _IOFBF, sizeof(outbuf));
 
 	long		got = 0;
 	long long	last = 0;
 
+	/*
+	 * Wait for one message, then take what else is ready without waiting
+	 * (a batch call that waited for a full batch would hold back the time
+	 * a message is received): one queue lock per batch, not per message;
+	 * never more than COUNT in all.
+	 */
+	rd_kafka_queue_t *queue = rd_kafka_queue_get_consumer(rk);
+	rd_kafka_message_t *batch[BATCH];
+
 	while ((count < 0 || got < count) && now_us() < deadline &&
 		   !(idle_ms >= 0 && last > 0 && now_us() - last > idle_ms * 1000LL))
 	{
-		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 20);
+		size_t		want = count < 0 || count - got > BATCH ? BATCH : (size_t) (count - got);
+		ssize_t		n = 0;
 
-		if (!m)
-			continue;
-		if (!m->err)
+		if ((batch[0] = rd_kafka_consumer_poll(rk, 20)) != NULL)
+			n = 1 + (want > 1 ? rd_kafka_consume_batch_queue(queue, 0, batch + 1, want - 1) : 0);
+		for (ssize_t i = 0; i < n; i++)
 		{
-			print_message(m);
-			got++;
-			last = now_us();
+			if (!batch[i]->err)
+			{
+				print_message(batch[i]);
+				got++;
+				last = now_us();
+			}
+			rd_kafka_message_destroy(batch[i]);
 		}
-		rd_kafka_message_destroy(m);
 	}
+	rd_kafka_queue_destroy(queue);
 	fflush(stdout);
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
