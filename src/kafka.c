@@ -52,7 +52,11 @@
 /* The same, when judging a timed-out message: the relay's loop waits. */
 #define REFUSAL_CHECK_TIMEOUT_MS 500
 
-/* Topics whose metadata this producer asked for before their first send. */
+/*
+ * Topics this producer has sent to: their handles (librdkafka looks a topic
+ * up by name under its global lock on every send by name) and their
+ * metadata, asked for before their first send.  Open addressing.
+ */
 #define KNOWN_TOPICS 256
 #define FIRST_METADATA_TIMEOUT_MS 200
 
@@ -116,7 +120,12 @@ static int log_count = 0;
 static int log_dropped = 0;
 static RepeatedLine repeated[REPEAT_SLOTS];
 static TopicReport reports[REFUSAL_SLOTS];
-static uint32 known_topics[KNOWN_TOPICS]; /* hashes; 0 for a free slot */
+typedef struct KnownTopic
+{
+	uint32 hash;           /* 0 for a free slot */
+	rd_kafka_topic_t *rkt; /* NULL if librdkafka refused the name */
+} KnownTopic;
+static KnownTopic known_topics[KNOWN_TOPICS];
 static char latest_problem[LOG_LINE_LEN]; /* latest warning, "" after a delivery */
 static bool problem_unsaid = false;       /* not yet published */
 static char stalled_topic[256]; /* of the latest message not acknowledged */
@@ -144,7 +153,8 @@ static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
 static rd_kafka_resp_err_t topic_metadata_error(const char *topic);
 static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 													   int timeout_ms);
-static void learn_topic(const char *topic);
+static rd_kafka_topic_t *known_topic(const char *topic);
+static void forget_topics(void);
 static bool open_wake_pipe(void);
 static void close_wake_pipe(void);
 static void drain_wake_pipe(void);
@@ -210,6 +220,7 @@ outbox_kafka_stop(void)
 			"the producer had a fatal error: making a new one; events it did not deliver are sent again");
 	rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 	rd_kafka_poll(producer, 0);
+	forget_topics();
 	rd_kafka_destroy(producer);
 	producer = NULL;
 	outstanding = 0;
@@ -238,17 +249,28 @@ outbox_kafka_send(OutboxMessage *msg)
 	rd_kafka_headers_t *headers;
 	rd_kafka_resp_err_t err;
 
-	learn_topic(msg->topic);
+	rd_kafka_topic_t *rkt = known_topic(msg->topic);
+
 	headers = rd_kafka_headers_new(msg->nheaders);
 	for (int i = 0; i < msg->nheaders; i++)
 		rd_kafka_header_add(headers, msg->header_names[i], -1,
 							msg->header_values[i], -1);
-	err = rd_kafka_producev(
-		producer, RD_KAFKA_V_TOPIC(msg->topic),
-		RD_KAFKA_V_KEY(msg->key, msg->key_len),
-		RD_KAFKA_V_VALUE((void *) msg->value, msg->value_len),
-		RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-		RD_KAFKA_V_OPAQUE(msg), RD_KAFKA_V_END);
+	if (rkt != NULL)
+		err = rd_kafka_producev(
+			producer, RD_KAFKA_V_RKT(rkt),
+			RD_KAFKA_V_KEY(msg->key, msg->key_len),
+			RD_KAFKA_V_VALUE((void *) msg->value, msg->value_len),
+			RD_KAFKA_V_HEADERS(headers),
+			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(msg),
+			RD_KAFKA_V_END);
+	else
+		err = rd_kafka_producev(
+			producer, RD_KAFKA_V_TOPIC(msg->topic),
+			RD_KAFKA_V_KEY(msg->key, msg->key_len),
+			RD_KAFKA_V_VALUE((void *) msg->value, msg->value_len),
+			RD_KAFKA_V_HEADERS(headers),
+			RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(msg),
+			RD_KAFKA_V_END);
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		outstanding++;
@@ -875,31 +897,50 @@ topic_metadata_error_within(const char *topic, int timeout_ms)
 }
 
 /*
- * learn_topic: before the first message of a topic, ask for its metadata
- * (at most FIRST_METADATA_TIMEOUT_MS, once per topic and producer).
- * librdkafka would otherwise hold the message until its periodic topic
- * scan, up to a second later, asks for it.
+ * known_topic: the producer's handle for topic, NULL if it has none (no
+ * room left, or a name librdkafka refuses: then the send names the topic
+ * and gets librdkafka's answer).  Before the first message of a topic, its
+ * metadata is asked for (at most FIRST_METADATA_TIMEOUT_MS, once per topic
+ * and producer): librdkafka would otherwise hold the message until its
+ * periodic topic scan, up to a second later, asks for it.
  */
-static void
-learn_topic(const char *topic)
+static rd_kafka_topic_t *
+known_topic(const char *topic)
 {
 	uint32 hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
-	int slot = -1;
 
-	for (int i = 0; i < KNOWN_TOPICS; i++)
+	for (int n = 0; n < KNOWN_TOPICS; n++)
 	{
-		if (known_topics[i] == hash)
-			return;
-		if (known_topics[i] == 0)
+		KnownTopic *known = &known_topics[(hash + n) % KNOWN_TOPICS];
+
+		if (known->hash == hash &&
+			(known->rkt == NULL ||
+			 strcmp(rd_kafka_topic_name(known->rkt), topic) == 0))
+			return known->rkt;
+		if (known->hash == 0)
 		{
-			slot = i;
-			break;
+			known->hash = hash;
+			known->rkt = rd_kafka_topic_new(producer, topic, NULL);
+			(void) topic_metadata_error_within(topic, FIRST_METADATA_TIMEOUT_MS);
+			return known->rkt;
 		}
 	}
-	if (slot < 0)
-		return; /* so many topics: librdkafka's scan finds them */
-	known_topics[slot] = hash;
-	(void) topic_metadata_error_within(topic, FIRST_METADATA_TIMEOUT_MS);
+	return NULL; /* so many topics: librdkafka's scan finds them */
+}
+
+/*
+ * forget_topics: let go of the producer's topic handles, before the
+ * producer itself.
+ */
+static void
+forget_topics(void)
+{
+	for (int i = 0; i < KNOWN_TOPICS; i++)
+	{
+		if (known_topics[i].rkt != NULL)
+			rd_kafka_topic_destroy(known_topics[i].rkt);
+	}
+	memset(known_topics, 0, sizeof(known_topics));
 }
 
 /*
