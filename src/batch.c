@@ -27,9 +27,9 @@
 #include "outbox.h"
 #include "relay.h"
 
-static void make_message(OutboxMessage *msg, HeapTuple row, TupleDesc desc);
+static void make_message(OutboxMessage *msg, const BatchRow *row);
 static void add_user_headers(OutboxMessage *msg, Jsonb *headers);
-static char *column_text(HeapTuple row, TupleDesc desc, int col);
+static char *column_text(const BatchRow *row, int col);
 
 /*
  * relay_settings_now: the current values of the settings a batch is
@@ -92,36 +92,44 @@ relay_batch_free(RelayBatch *batch)
 }
 
 /*
+ * relay_batch_row: take a batch query's row apart, into out.
+ */
+void
+relay_batch_row(BatchRow *out, HeapTuple row, TupleDesc desc)
+{
+	if (desc->natts > BATCH_MAX_COLS)
+		elog(ERROR, "outbox relay: a batch query returned %d columns",
+			 desc->natts);
+	heap_deform_tuple(row, desc, out->values, out->nulls);
+}
+
+/*
  * relay_batch_add: note one batch row (id, topic, key and the batch's own
  * column) as the batch's next event, not sent yet; returns its index.
  */
 int
-relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc)
+relay_batch_add(RelayBatch *batch, const BatchRow *row)
 {
 	int i = batch->count;
 	OutboxMessage *msg = &batch->msgs[i];
 	MemoryContext old = MemoryContextSwitchTo(batch->memory);
 	char *key;
-	bool isnull;
 
 	Assert(i < batch->capacity);
 	MemSet(msg, 0, sizeof(OutboxMessage));
 	batch->attempts[i] = 0;
 	batch->tx[i] = 0;
 	batch->due[i] = false;
-	msg->event_id =
-		DatumGetInt64(SPI_getbinval(row, desc, BATCH_COL_ID, &isnull));
-	msg->topic = column_text(row, desc, BATCH_COL_TOPIC);
-	key = column_text(row, desc, BATCH_COL_MSG_KEY);
+	msg->event_id = DatumGetInt64(row->values[BATCH_COL_ID - 1]);
+	msg->topic = column_text(row, BATCH_COL_TOPIC);
+	key = column_text(row, BATCH_COL_MSG_KEY);
 	batch->key_hash[i] = relay_key_hash(msg->topic, key);
 	pfree(key);
 	if (batch->retry)
-		batch->attempts[i] =
-			DatumGetInt32(SPI_getbinval(row, desc, BATCH_COL_ATTEMPTS, &isnull));
+		batch->attempts[i] = DatumGetInt32(row->values[BATCH_COL_ATTEMPTS - 1]);
 	else
-		batch->tx[i] = DatumGetFullTransactionId(
-						   SPI_getbinval(row, desc, BATCH_COL_TX, &isnull))
-						   .value;
+		batch->tx[i] =
+			DatumGetFullTransactionId(row->values[BATCH_COL_TX - 1]).value;
 	batch->fate[i] = FATE_IN_BATCH;
 	batch->count++;
 	MemoryContextSwitchTo(old);
@@ -134,7 +142,7 @@ relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc)
  * takes it out of the batch.  A refusal at once is an answer like any.
  */
 bool
-relay_batch_send(RelayBatch *batch, int i, HeapTuple row, TupleDesc desc)
+relay_batch_send(RelayBatch *batch, int i, const BatchRow *row)
 {
 	MemoryContext old;
 	OutboxMessage *msg = &batch->msgs[i];
@@ -144,7 +152,7 @@ relay_batch_send(RelayBatch *batch, int i, HeapTuple row, TupleDesc desc)
 		batch->scratch = AllocSetContextCreate(batch->memory, "outbox message",
 											   ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(batch->scratch);
-	make_message(msg, row, desc);
+	make_message(msg, row);
 	result = outbox_kafka_send(msg);
 	/* librdkafka has its copies: keep only what the report needs. */
 	msg->key = msg->value = NULL;
@@ -239,32 +247,30 @@ relay_topic_hash(const char *topic)
  * value and the headers consumers rely on, in the current memory.
  */
 static void
-make_message(OutboxMessage *msg, HeapTuple row, TupleDesc desc)
+make_message(OutboxMessage *msg, const BatchRow *row)
 {
-	bool isnull;
 	StringInfoData value;
-	Datum headers;
+	char *event_id = palloc(MAXINT8LEN + 1);
 
-	msg->key = column_text(row, desc, BATCH_COL_MSG_KEY);
+	msg->key = column_text(row, BATCH_COL_MSG_KEY);
 	msg->key_len = strlen(msg->key);
 	initStringInfo(&value);
 	(void) outbox_json_compact(
-		&value,
-		DatumGetJsonbP(SPI_getbinval(row, desc, BATCH_COL_PAYLOAD, &isnull)),
-		-1);
+		&value, DatumGetJsonbP(row->values[BATCH_COL_PAYLOAD - 1]), -1);
 	msg->value = value.data;
 	msg->value_len = value.len;
 
+	(void) pg_lltoa(msg->event_id, event_id);
 	msg->header_names[0] = "event_id";
-	msg->header_values[0] = psprintf(INT64_FORMAT, msg->event_id);
+	msg->header_values[0] = event_id;
 	msg->header_names[1] = "biz_type";
-	msg->header_values[1] = column_text(row, desc, BATCH_COL_BIZ_TYPE);
+	msg->header_values[1] = column_text(row, BATCH_COL_BIZ_TYPE);
 	msg->header_names[2] = "biz_key";
-	msg->header_values[2] = column_text(row, desc, BATCH_COL_BIZ_KEY);
+	msg->header_values[2] = column_text(row, BATCH_COL_BIZ_KEY);
 	msg->nheaders = 3;
-	headers = SPI_getbinval(row, desc, BATCH_COL_HEADERS, &isnull);
-	if (!isnull)
-		add_user_headers(msg, DatumGetJsonbP(headers));
+	if (!row->nulls[BATCH_COL_HEADERS - 1])
+		add_user_headers(msg,
+						 DatumGetJsonbP(row->values[BATCH_COL_HEADERS - 1]));
 }
 
 /*
@@ -295,10 +301,8 @@ add_user_headers(OutboxMessage *msg, Jsonb *headers)
  * column_text: a non-null text column as a C string.
  */
 static char *
-column_text(HeapTuple row, TupleDesc desc, int col)
+column_text(const BatchRow *row, int col)
 {
-	bool isnull;
-	Datum d = SPI_getbinval(row, desc, col, &isnull);
-
-	return isnull ? pstrdup("") : TextDatumGetCString(d);
+	return row->nulls[col - 1] ? pstrdup("")
+							   : TextDatumGetCString(row->values[col - 1]);
 }

@@ -120,8 +120,7 @@ static void open_window(Datum given);
 static bool read_window(RelayBatch *batch, HTAB *blocked, bool *full);
 static int read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi,
 					 bool *full);
-static bool take_row(RelayBatch *batch, HTAB *blocked, HeapTuple row,
-					 TupleDesc desc);
+static bool take_row(RelayBatch *batch, HTAB *blocked, const BatchRow *row);
 static int settle_point(RelayBatch *batch);
 static bool record_head(RelayBatch *batch, int cut);
 static void apply_settled(RelayBatch *batch, int cut, bool *unreachable);
@@ -439,8 +438,10 @@ read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi, bool *full)
 		more = SPI_processed > 0;
 		for (uint64 r = 0; r < SPI_processed && !*full; r++)
 		{
-			if (!take_row(batch, blocked, SPI_tuptable->vals[r],
-						  SPI_tuptable->tupdesc))
+			BatchRow row;
+
+			relay_batch_row(&row, SPI_tuptable->vals[r], SPI_tuptable->tupdesc);
+			if (!take_row(batch, blocked, &row))
 				*full = true;
 			else
 				taken++;
@@ -457,13 +458,13 @@ read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi, bool *full)
  * row not taken, if there is no room in flight for it.
  */
 static bool
-take_row(RelayBatch *batch, HTAB *blocked, HeapTuple row, TupleDesc desc)
+take_row(RelayBatch *batch, HTAB *blocked, const BatchRow *row)
 {
 	int i;
 
 	if (batch->count > 0 && relay_flight_room(&batch->settings, batch) == 0)
 		return false;
-	i = relay_batch_add(batch, row, desc);
+	i = relay_batch_add(batch, row);
 	if (relay_key_has(blocked, batch->key_hash[i]) ||
 		relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)))
 	{
@@ -471,7 +472,7 @@ take_row(RelayBatch *batch, HTAB *blocked, HeapTuple row, TupleDesc desc)
 		relay_key_add(blocked, batch->key_hash[i]);
 		return true;
 	}
-	if (!relay_batch_send(batch, i, row, desc))
+	if (!relay_batch_send(batch, i, row))
 	{
 		batch->count--;
 		return false;

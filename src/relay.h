@@ -39,6 +39,17 @@
 #define BATCH_COL_BIZ_KEY 7
 #define BATCH_COL_TX 8       /* first sends only */
 #define BATCH_COL_ATTEMPTS 8 /* retries only */
+#define BATCH_MAX_COLS 9
+
+/*
+ * One batch row, its columns taken apart once: reading them one by one
+ * walked the row from its start for each column after the first text.
+ */
+typedef struct BatchRow
+{
+	Datum values[BATCH_MAX_COLS];
+	bool nulls[BATCH_MAX_COLS];
+} BatchRow;
 
 /*
  * The settings a batch is judged by, taken when it is read: a reload while
@@ -137,9 +148,9 @@ extern RelaySettings relay_settings_now(void);
 extern RelayBatch *relay_batch_new(bool retry, const RelaySettings *settings,
 								   int capacity);
 extern void relay_batch_free(RelayBatch *batch);
-extern int relay_batch_add(RelayBatch *batch, HeapTuple row, TupleDesc desc);
-extern bool relay_batch_send(RelayBatch *batch, int i, HeapTuple row,
-							 TupleDesc desc);
+extern void relay_batch_row(BatchRow *out, HeapTuple row, TupleDesc desc);
+extern int relay_batch_add(RelayBatch *batch, const BatchRow *row);
+extern bool relay_batch_send(RelayBatch *batch, int i, const BatchRow *row);
 extern bool relay_batch_answered(const RelayBatch *batch, int i);
 extern bool relay_batch_all_answered(const RelayBatch *batch);
 extern HTAB *relay_key_set(MemoryContext memory);

@@ -183,19 +183,20 @@ read_due(RelayBatch *batch, bool *any_due)
 		elog(ERROR, "outbox relay: retry query failed");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		HeapTuple row = SPI_tuptable->vals[r];
-		TupleDesc desc = SPI_tuptable->tupdesc;
-		bool isnull;
-		bool due =
-			DatumGetBool(SPI_getbinval(row, desc, RETRY_COL_DUE, &isnull));
-		int i = relay_batch_add(batch, row, desc);
+		BatchRow row;
+		bool due;
+		int i;
+
+		relay_batch_row(&row, SPI_tuptable->vals[r], SPI_tuptable->tupdesc);
+		due = DatumGetBool(row.values[RETRY_COL_DUE - 1]);
+		i = relay_batch_add(batch, &row);
 
 		batch->due[i] = due;
 		if (!due || relay_key_has(blocked, batch->key_hash[i]) ||
 			relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)) ||
 			relay_flight_room(&batch->settings, batch) == 0)
 			batch->fate[i] = FATE_HELD;
-		else if (!relay_batch_send(batch, i, row, desc))
+		else if (!relay_batch_send(batch, i, &row))
 			batch->fate[i] = FATE_HELD;
 		else
 			*any_due = true;
