@@ -153,6 +153,15 @@ relay_first_sends_read(void)
 		load_reader();
 	if (reader.window == (Datum) 0)
 		open_window((Datum) 0);
+	/*
+	 * Asked after the window's snapshot is taken: a window that sees an
+	 * event committed after a pause() sees the pause too.
+	 */
+	if (relay_pause_set())
+	{
+		relay_commit();
+		return READ_PAUSED;
+	}
 
 	batch = reading =
 		relay_batch_new(false, &settings, Min(settings.batch_size, room));

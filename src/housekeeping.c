@@ -31,12 +31,10 @@
  * exactly and no operator is resolved (pg_catalog has no
  * *(integer, interval), so one a database owner made in public would win).
  */
-static const char *const paused_sql = "SELECT paused FROM outbox.relay_control";
 static const char *const purge_sql = "SELECT outbox._purge($1, $2, $3)";
 static const char *const delay_sql =
 	"SELECT CAST(max_delay_sec AS double precision), backlog FROM outbox.stats";
 
-static SPIPlanPtr paused_plan = NULL;
 static SPIPlanPtr purge_plan = NULL;
 static SPIPlanPtr delay_plan = NULL;
 
@@ -56,15 +54,13 @@ static Datum first_value(SPIPlanPtr *cache, const char *sql, int nargs,
 bool
 relay_paused(void)
 {
-	bool isnull;
 	bool paused;
 
 	if (!relay_begin("checking pause in outbox.relay_control"))
 		return false;
-	paused = DatumGetBool(
-		first_value(&paused_plan, paused_sql, 0, NULL, NULL, 1, &isnull));
+	paused = relay_pause_set();
 	relay_commit();
-	return paused && !isnull;
+	return paused;
 }
 
 /*

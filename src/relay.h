@@ -138,6 +138,7 @@ extern bool relay_recreated(void);
 extern bool relay_needs_update(void);
 extern void relay_commit(void);
 extern const char *relay_activity(void);
+extern bool relay_pause_set(void);
 extern void relay_wait_replicated(void);
 extern void relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 						   const Oid *types, Datum *values, int expect,
@@ -200,7 +201,8 @@ typedef enum RelayRead
 	READ_NOTHING, /* nothing new */
 	READ_SOME,    /* a batch was read and sent */
 	READ_FULL,    /* no room in flight, or Kafka's queue is full */
-	READ_GONE     /* the extension is gone or being dropped */
+	READ_GONE,    /* the extension is gone or being dropped */
+	READ_PAUSED   /* an operator paused the relay: nothing read */
 } RelayRead;
 
 extern RelayRead relay_first_sends_read(void);

@@ -68,6 +68,11 @@ relay_retries_read(void)
 	if (!relay_begin(
 			"reading due retries from outbox.event_state and outbox.event_log"))
 		return READ_GONE;
+	if (relay_pause_set())
+	{
+		relay_commit();
+		return READ_PAUSED;
+	}
 	batch = reading = relay_batch_new(true, &settings, settings.batch_size);
 	relay_flight_set_retry(batch);
 	read_due(batch, &any_due);

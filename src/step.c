@@ -44,6 +44,9 @@ static bool recreated = false;
 /* What the current step is doing, as pg_stat_activity shows it. */
 static const char *current_activity = "";
 
+static const char *const paused_sql = "SELECT paused FROM outbox.relay_control";
+static SPIPlanPtr paused_plan = NULL;
+
 static bool version_current(Oid ext);
 static bool replicated(XLogRecPtr lsn);
 static bool standbys_named(void);
@@ -201,6 +204,26 @@ relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs, const Oid *types,
 	if (rc != expect)
 		elog(ERROR, "outbox relay: \"%s\" failed: %s", sql,
 			 SPI_result_code_string(rc));
+}
+
+/*
+ * relay_pause_set: inside a step, whether an operator paused the relay.
+ * Asked in the transaction that would read, so that no event committed
+ * after a pause() returned is read, at no transaction of its own.
+ */
+bool
+relay_pause_set(void)
+{
+	SPIPlanPtr plan = outbox_keep_plan(&paused_plan, paused_sql, 0, NULL, false);
+	bool isnull;
+	Datum paused;
+
+	if (SPI_execute_plan(plan, NULL, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "outbox relay: outbox.relay_control must hold one row");
+	paused =
+		SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(paused);
 }
 
 /*

@@ -460,11 +460,14 @@ settle(Round *round, TimestampTz now)
 static void
 read_more(Round *round, TimestampTz now)
 {
-	RelayRead read;
+	RelayRead read = READ_NOTHING;
 
-	round->paused = relay_paused();
-	if (round->paused || round->unreachable || now < reads_at)
+	if (round->unreachable || now < reads_at)
+	{
+		round->paused = relay_paused();
 		return;
+	}
+	/* Each read asks whether the relay is paused in its own transaction. */
 	if (now >= retries_at)
 	{
 		read = relay_retries_read();
@@ -472,7 +475,9 @@ read_more(Round *round, TimestampTz now)
 		retries_at = TimestampTzPlusMilliseconds(
 			now, Min(outbox_backoff_min, outbox_poll_interval));
 	}
-	read = relay_first_sends_read();
+	if (read != READ_PAUSED)
+		read = relay_first_sends_read();
+	round->paused = read == READ_PAUSED;
 	round->worked |= read == READ_SOME;
 	round->full = read == READ_FULL;
 }
