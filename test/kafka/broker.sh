@@ -6,6 +6,9 @@
 # test/kafka/pom.xml (fetched once into ~/.m2).  Faults are real:
 # kafka_pause/kafka_resume (SIGSTOP/SIGCONT), kafka_kill and kafka_start
 # again on the same data.  kafka_add_sasl adds a SASL_PLAINTEXT listener.
+# KAFKA_JVM_OPTS, if set, replaces the JVM's heap and collector options (a
+# small heap by default; bench/run sets its own).  The log cleaner's buffer
+# is 16 MB, not 128 MB: the heap would otherwise hold it for life.
 
 KAFKA_POM=${KAFKA_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pom.xml}
 
@@ -53,6 +56,7 @@ offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
+log.cleaner.dedupe.buffer.size=16777216
 CONF
     java -cp "$KAFKA_CP" kafka.tools.StorageTool format -t "$(java -cp "$KAFKA_CP" kafka.tools.StorageTool random-uuid 2>/dev/null)" \
         -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1
@@ -79,7 +83,7 @@ CONF
 
 # kafka_start: start (or restart) the broker and wait until it answers.
 kafka_start() {
-    java -Xms256m -Xmx512m -XX:+UseSerialGC -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    java ${KAFKA_JVM_OPTS:--Xms256m -Xmx512m -XX:+UseSerialGC} -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
         -cp "$KAFKA_CP" kafka.Kafka "$KAFKA_DIR/server.properties" >>"$KAFKA_DIR/broker.log" 2>&1 &
     KAFKA_PID=$!
     for _ in $(seq 1 120); do
