@@ -143,6 +143,7 @@ relay_first_sends_read(void)
 	bool full = false;
 	bool exhausted;
 	int room = relay_flight_room(&settings, NULL);
+	RelayPos before;
 
 	if (room == 0)
 		return READ_FULL;
@@ -151,14 +152,19 @@ relay_first_sends_read(void)
 		return READ_GONE;
 	if (!reader_valid)
 		load_reader();
+	before = reader;
 	if (reader.window == (Datum) 0)
 		open_window((Datum) 0);
 	/*
 	 * Asked after the window's snapshot is taken: a window that sees an
-	 * event committed after a pause() sees the pause too.
+	 * event committed after a pause() sees the pause too.  A window opened
+	 * while paused is let go, so that the first read after resume() sees
+	 * everything committed meanwhile.
 	 */
 	if (relay_pause_set())
 	{
+		if (before.window == (Datum) 0)
+			set_reader(&before);
 		relay_commit();
 		return READ_PAUSED;
 	}

@@ -538,6 +538,23 @@ t_pause_resume() {
     wait_until 20 "$(all_sent $topic 20)" || fail "events not all marked sent after resume"
     expect_arrived pause $topic "$out"
     expect "messages produced before resume" "$(sql "SELECT count(*) FROM got_pause WHERE created_ms < $resumed_ms")" 0
+
+    # Paused with nothing new, then events, then resume() with a long poll
+    # interval: resume() wakes the relay, and its first read must see the
+    # events at once, not a poll interval later (as when a window opened
+    # while paused, before them, was read first).
+    set_setting outbox.poll_interval 5000
+    sql "SELECT outbox.pause()" >/dev/null
+    wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "relay not paused again"
+    sleep 1
+    sql "SELECT count(outbox.enqueue('T', 'pb-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
+    resumed_ms=$(sql "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+    sql "SELECT outbox.resume()" >/dev/null
+    wait_until 20 "$(all_sent $topic 25)" || fail "events enqueued while paused not all sent after resume"
+    expect_arrived pause $topic "$out"
+    expect "the last event enqueued while paused produced within 2 s of resume (poll interval 5 s)" \
+        "$(sql "SELECT max(created_ms) - $resumed_ms < 2000 FROM got_pause")" t
+    sql "ALTER SYSTEM RESET outbox.poll_interval" && sql "SELECT pg_reload_conf()" >/dev/null
 }
 
 # Retention: the relay removes sent events and claims older than their
