@@ -41,6 +41,16 @@
 /* Batches recorded in one transaction, at most. */
 #define SETTLE_BATCHES 64
 
+/*
+ * Batches answered in full are recorded together, at most every
+ * RECORD_EVERY_MS: a record is a durable commit, and under a steady
+ * stream of small batches one per batch was half the relay's
+ * transactions and WAL flushes.  Recording later delays nothing that is
+ * sent; a crash sends again what was answered since the last record, as
+ * it does anything in flight.
+ */
+#define RECORD_EVERY_MS 10
+
 /* The open window's parts, in reading order. */
 typedef struct Window
 {
@@ -109,6 +119,7 @@ static SPIPlanPtr part_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
 
 static MemoryContext reader_memory = NULL;
+static TimestampTz recorded_at = 0;
 static bool reader_valid = false;
 static RelayPos reader;            /* where the next batch starts */
 static Window window;              /* the parts of reader.window */
@@ -122,6 +133,7 @@ static int read_part(RelayBatch *batch, HTAB *blocked, uint64 lo, uint64 hi,
 					 bool *full);
 static bool take_row(RelayBatch *batch, HTAB *blocked, const BatchRow *row);
 static int settle_point(RelayBatch *batch);
+static bool record_due(TimestampTz now);
 static bool record_head(RelayBatch *batch, int cut);
 static void apply_settled(RelayBatch *batch, int cut, bool *unreachable);
 static RelayPos place_before(RelayBatch *batch, int i);
@@ -209,7 +221,9 @@ relay_first_sends_read(void)
 	set_reader(&batch->after);
 	if (exhausted)
 		window.rows = 0;
-	return full ? READ_FULL : READ_SOME;
+	if (full)
+		return READ_FULL;
+	return exhausted ? READ_ALL : READ_SOME;
 }
 
 /*
@@ -226,6 +240,8 @@ relay_first_sends_settle(TimestampTz now, bool *unreachable)
 	int cuts[SETTLE_BATCHES];
 	int n = 0;
 
+	if (!record_due(now))
+		return false;
 	for (RelayBatch *head = relay_flight_head();
 		 head != NULL && n < SETTLE_BATCHES; head = relay_flight_next(head))
 	{
@@ -253,9 +269,49 @@ relay_first_sends_settle(TimestampTz now, bool *unreachable)
 	if (n == 0)
 		return false;
 	relay_commit();
+	recorded_at = now;
 	for (int k = 0; k < n; k++)
 		apply_settled(settled[k], cuts[k], unreachable);
 	return true;
+}
+
+/*
+ * relay_first_sends_record_at: when answered batches waiting to be
+ * recorded are due (0 if none wait): the loop's wait ends then.
+ */
+TimestampTz
+relay_first_sends_record_at(void)
+{
+	RelayBatch *head = relay_flight_head();
+
+	if (head == NULL || head == reading || !relay_batch_all_answered(head))
+		return 0;
+	return TimestampTzPlusMilliseconds(recorded_at, RECORD_EVERY_MS);
+}
+
+/*
+ * record_due: whether to record now: RECORD_EVERY_MS after the last record,
+ * or at once when the head batch is not answered in full (what is handed
+ * over, see flight.c, keeps its own time) or stops short of its end (the
+ * rest is read again from there).
+ */
+static bool
+record_due(TimestampTz now)
+{
+	RelayBatch *head = relay_flight_head();
+
+	if (head == NULL || head == reading)
+		return false;
+	if (now >= TimestampTzPlusMilliseconds(recorded_at, RECORD_EVERY_MS) ||
+		!relay_batch_all_answered(head))
+		return true;
+	for (; head != NULL && head != reading && relay_batch_all_answered(head);
+		 head = relay_flight_next(head))
+	{
+		if (settle_point(head) < head->count)
+			return true;
+	}
+	return false;
 }
 
 /*

@@ -199,7 +199,8 @@ extern RelayTally relay_flight_take_tally(void);
 typedef enum RelayRead
 {
 	READ_NOTHING, /* nothing new */
-	READ_SOME,    /* a batch was read and sent */
+	READ_SOME,    /* a batch was read and sent; more may wait */
+	READ_ALL,     /* a batch was read and sent, the window with it */
 	READ_FULL,    /* no room in flight, or Kafka's queue is full */
 	READ_GONE,    /* the extension is gone or being dropped */
 	READ_PAUSED   /* an operator paused the relay: nothing read */
@@ -207,6 +208,7 @@ typedef enum RelayRead
 
 extern RelayRead relay_first_sends_read(void);
 extern bool relay_first_sends_settle(TimestampTz now, bool *unreachable);
+extern TimestampTz relay_first_sends_record_at(void);
 extern void relay_first_sends_abandon(void);
 extern void relay_first_sends_restart(void);
 

@@ -66,6 +66,8 @@ static TimestampTz drain_since = 0; /* the producer waits to be remade */
 static TimestampTz remake_at = 0;   /* after a fatal error: not before */
 static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
+static TimestampTz read_at = 0;     /* first sends: last read */
+static bool read_wanted = true;     /* a commit may wait to be read */
 static int unreachable_ms = 0;
 static TimestampTz seen_ack = 0;
 static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
@@ -79,6 +81,7 @@ static void stop_producer_now(void);
 static void round_step(void *arg);
 static void settle(Round *round, TimestampTz now);
 static void read_more(Round *round, TimestampTz now);
+static bool read_paused(RelayRead read, bool was);
 static void housekeeping(TimestampTz now);
 static void after_round(const Round *round, TimestampTz now);
 static int wait_ms(const Round *round, TimestampTz now);
@@ -119,6 +122,17 @@ outbox_relay_main(Datum main_arg)
 			proc_exit(0);
 		if (ConfigReloadPending)
 			apply_reload();
+		/*
+		 * A commit sets the latch after it is visible: reset before the
+		 * round reads, the latch cannot lose one.  Without it, a round
+		 * (Kafka's answers, a timer) reads only if the last read left
+		 * more, or once per poll interval.
+		 */
+		if (MyLatch->is_set)
+		{
+			ResetLatch(MyLatch);
+			read_wanted = true;
+		}
 		now = GetCurrentTimestamp();
 		tend_producer(now);
 		outbox_kafka_serve();
@@ -149,7 +163,6 @@ outbox_relay_main(Datum main_arg)
 			(void) WaitLatch(MyLatch,
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 timeout, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
@@ -448,23 +461,27 @@ settle(Round *round, TimestampTz now)
 	if (relay_first_sends_settle(now, &unreachable))
 	{
 		round->worked = true;
-		retries_at = 0; /* held or failed events may wait for a retry */
+		retries_at = 0;     /* held or failed events may wait for a retry */
+		read_wanted = true; /* a batch cut short is read again */
 	}
 	round->unreachable = unreachable;
 }
 
 /*
  * read_more: due retries, then the next batch of first sends, unless the
- * relay is paused or backs off from an unreachable broker.
+ * relay is paused or backs off from an unreachable broker.  First sends
+ * are read when a commit may wait (read_wanted) or once per poll interval;
+ * a round for Kafka's answers alone reads nothing.
  */
 static void
 read_more(Round *round, TimestampTz now)
 {
+	static bool paused = false; /* as the latest read found */
 	RelayRead read = READ_NOTHING;
 
 	if (round->unreachable || now < reads_at)
 	{
-		round->paused = relay_paused();
+		round->paused = paused = relay_paused();
 		return;
 	}
 	/* Each read asks whether the relay is paused in its own transaction. */
@@ -474,12 +491,36 @@ read_more(Round *round, TimestampTz now)
 		round->worked |= read == READ_SOME;
 		retries_at = TimestampTzPlusMilliseconds(
 			now, Min(outbox_backoff_min, outbox_poll_interval));
+		paused = read_paused(read, paused);
 	}
-	if (read != READ_PAUSED)
+	if (read != READ_PAUSED &&
+		(read_wanted ||
+		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
+	{
 		read = relay_first_sends_read();
-	round->paused = read == READ_PAUSED;
-	round->worked |= read == READ_SOME;
-	round->full = read == READ_FULL;
+		read_at = now;
+		/* After the window's end, only a commit brings more. */
+		read_wanted =
+			read == READ_SOME || read == READ_FULL || read == READ_GONE;
+		paused = read_paused(read, paused);
+		round->worked |= read == READ_SOME || read == READ_ALL;
+		round->full = read == READ_FULL;
+	}
+	round->paused = paused;
+}
+
+/*
+ * read_paused: whether the relay is paused, as a read's outcome says (one
+ * that stopped before asking leaves it as it was).
+ */
+static bool
+read_paused(RelayRead read, bool was)
+{
+	if (read == READ_PAUSED)
+		return true;
+	if (read == READ_SOME || read == READ_ALL || read == READ_NOTHING)
+		return false;
+	return was;
 }
 
 /*
@@ -560,13 +601,14 @@ after_round(const Round *round, TimestampTz now)
 /*
  * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
  * a deadline: none after a round that worked, else until the next
- * handover, backoff or outbox.poll_interval.
+ * handover, record of answered batches, backoff or outbox.poll_interval.
  */
 static int
 wait_ms(const Round *round, TimestampTz now)
 {
 	TimestampTz until = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
 	TimestampTz handover = relay_flight_next_handover();
+	TimestampTz record = relay_first_sends_record_at();
 	long secs;
 	int usecs;
 
@@ -574,6 +616,8 @@ wait_ms(const Round *round, TimestampTz now)
 		return 0;
 	if (handover != 0)
 		until = Min(until, handover);
+	if (record != 0)
+		until = Min(until, record);
 	if (reads_at > now)
 		until = Min(until, reads_at);
 	if (remake_at > now)
