@@ -140,6 +140,7 @@ outbox_relay_main(Datum main_arg)
 		{
 			relay_first_sends_abandon();
 			relay_retries_abandon();
+			read_wanted = true; /* what was given up is read again */
 		}
 		outbox_kafka_serve();
 		after_round(&round, now);
@@ -407,6 +408,7 @@ stop_producer_now(void)
 	outbox_kafka_stop();
 	relay_flight_drop_all(false);
 	relay_first_sends_restart();
+	read_wanted = true;
 	drain_since = 0;
 }
 
@@ -436,6 +438,7 @@ round_step(void *arg)
 				 "What it was sending from the dropped extension is not recorded in the new one.")));
 		relay_flight_drop_all(true);
 		relay_first_sends_restart();
+		read_wanted = true;
 		started = false;
 		return;
 	}

@@ -121,6 +121,32 @@ SQL
     consume $topic 3 20000 >"$out" || fail "not all events arrived once the poll interval was restored"
 }
 
+# A steady stream of commits from four sessions, with a poll interval of a
+# minute: every event arrives within seconds of the last commit, so each
+# was read on a commit's wake-up.  Rounds woken by Kafka's
+# acknowledgements or by the relay's timers read nothing, and must not
+# swallow a commit's wake-up.
+t_stream_wakes() {
+    local topic=it.stream out=$IT_TMP/stream.tsv marker n=250 c i p pids=()
+    marker=$(log_mark)
+    set_setting outbox.poll_interval 60000
+    wait_log "$marker" 10 'parameter "outbox.poll_interval" changed to "60000"' || fail "the reload was not logged"
+    for c in 1 2 3 4; do
+        for i in $(seq 1 $n); do
+            echo "SELECT outbox.enqueue('T', 'st-$c-$i', '{}', topic => '$topic');"
+        done | "$PGBIN/psql" -X -q -d "$IT_DB" -v ON_ERROR_STOP=1 >/dev/null &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do
+        wait "$p" || fail "a writer failed"
+    done
+    consume $topic $((4 * n)) 10000 >"$out" \
+        || fail "$(wc -l <"$out") of $((4 * n)) events arrived within 10 s of the last commit (poll interval 60 s)"
+    load_consumed got_stream "$out"
+    expect_delivered "the stream's events" got_stream "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
+    sql "ALTER SYSTEM RESET outbox.poll_interval" && sql "SELECT pg_reload_conf()" >/dev/null
+}
+
 # scripts/demo's EXIT trap, under the demo's set -e, with the mock broker
 # already gone: every step still runs, the cluster is destroyed.
 t_demo_cleanup() {
