@@ -45,8 +45,6 @@ static bool alerting = false;
 
 static Datum seconds_interval(int seconds);
 static void check_delay(TimestampTz now);
-static Datum first_value(SPIPlanPtr *cache, const char *sql, int nargs,
-						 Oid *types, Datum *values, int col, bool *isnull);
 
 /*
  * relay_paused: whether an operator paused the relay.
@@ -113,8 +111,8 @@ relay_purge_step(void *arg)
 	values[0] = seconds_interval(outbox_sent_retention);
 	values[1] = seconds_interval(outbox_dedup_retention);
 	values[2] = Int32GetDatum(PURGE_BATCH);
-	*(int64 *) arg = DatumGetInt64(
-		first_value(&purge_plan, purge_sql, 3, types, values, 1, &isnull));
+	*(int64 *) arg = DatumGetInt64(relay_first_value(
+		&purge_plan, purge_sql, 3, types, values, false, &isnull));
 	relay_commit();
 }
 
@@ -153,8 +151,8 @@ check_delay(TimestampTz now)
 	next_alert_check = TimestampTzPlusMilliseconds(now, ALERT_CHECK_EVERY_MS);
 	if (!relay_begin("checking the backlog in outbox.stats"))
 		return;
-	delay = DatumGetFloat8(
-		first_value(&delay_plan, delay_sql, 0, NULL, NULL, 1, &isnull));
+	delay = DatumGetFloat8(relay_first_value(&delay_plan, delay_sql, 0, NULL,
+											 NULL, false, &isnull));
 	backlog = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 2, &isnull));
 	relay_commit();
@@ -182,21 +180,4 @@ check_delay(TimestampTz now)
 					delay)));
 		alerting = false;
 	}
-}
-
-/*
- * first_value: run a kept plan and return column col of its first row.
- */
-static Datum
-first_value(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
-			Datum *values, int col, bool *isnull)
-{
-	SPIPlanPtr plan = outbox_keep_plan(cache, sql, nargs, types, false);
-	int rc = SPI_execute_plan(plan, values, NULL, false, 1);
-
-	if (rc < 0 || SPI_processed != 1)
-		elog(ERROR, "outbox relay: \"%s\" failed: %s", sql,
-			 SPI_result_code_string(rc));
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col,
-						 isnull);
 }

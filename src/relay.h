@@ -139,6 +139,9 @@ extern bool relay_needs_update(void);
 extern void relay_commit(void);
 extern const char *relay_activity(void);
 extern bool relay_pause_set(void);
+extern Datum relay_first_value(SPIPlanPtr *cache, const char *sql, int nargs,
+							   const Oid *types, Datum *values, bool read_only,
+							   bool *isnull);
 extern void relay_wait_replicated(void);
 extern void relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 						   const Oid *types, Datum *values, int expect,

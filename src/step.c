@@ -214,16 +214,29 @@ relay_run_plan(SPIPlanPtr *cache, const char *sql, int nargs, const Oid *types,
 bool
 relay_pause_set(void)
 {
-	SPIPlanPtr plan = outbox_keep_plan(&paused_plan, paused_sql, 0, NULL, false);
 	bool isnull;
-	Datum paused;
+	Datum paused = relay_first_value(&paused_plan, paused_sql, 0, NULL, NULL,
+									 true, &isnull);
 
-	if (SPI_execute_plan(plan, NULL, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "outbox relay: outbox.relay_control must hold one row");
-	paused =
-		SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return !isnull && DatumGetBool(paused);
+}
+
+/*
+ * relay_first_value: run a kept plan, which must return one row, and
+ * return that row's first column.
+ */
+Datum
+relay_first_value(SPIPlanPtr *cache, const char *sql, int nargs,
+				  const Oid *types, Datum *values, bool read_only, bool *isnull)
+{
+	SPIPlanPtr plan = outbox_keep_plan(cache, sql, nargs, types, false);
+	int rc = SPI_execute_plan(plan, values, NULL, read_only, 1);
+
+	if (rc < 0 || SPI_processed != 1)
+		elog(ERROR, "outbox relay: \"%s\" returned no row: %s", sql,
+			 SPI_result_code_string(rc));
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+						 isnull);
 }
 
 /*

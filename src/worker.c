@@ -68,6 +68,7 @@ static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
 static TimestampTz read_at = 0;     /* first sends: last read */
 static bool read_wanted = true;     /* a commit may wait to be read */
+static bool paused = false;         /* as the latest read found */
 static int unreachable_ms = 0;
 static TimestampTz seen_ack = 0;
 static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
@@ -479,7 +480,6 @@ settle(Round *round, TimestampTz now)
 static void
 read_more(Round *round, TimestampTz now)
 {
-	static bool paused = false; /* as the latest read found */
 	RelayRead read = READ_NOTHING;
 
 	if (round->unreachable || now < reads_at)
