@@ -12,12 +12,14 @@
  *
  * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT]
  *                       [-T TIMEOUT_MS] [-i IDLE_MS]
- *		Stops after COUNT messages, after TIMEOUT_MS in all, or once no
- *		message came for IDLE_MS after the first; exit status 0 if COUNT
- *		(when given) was reached, else 1.
+ *		Stops after COUNT messages, after TIMEOUT_MS in all, once no
+ *		message came for IDLE_MS after the first, or at SIGTERM, having
+ *		written what it received; exit status 0 if COUNT (when given) was
+ *		reached, else 1.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,14 @@
 #define BATCH 1024
 
 static char outbuf[1 << 20];
+static volatile sig_atomic_t stopping = 0;
+
+static void
+on_term(int sig)
+{
+	(void) sig;
+	stopping = 1;
+}
 
 static long long
 now_us(void)
@@ -216,6 +226,7 @@ main(int argc, char **argv)
 	/* Ready: a caller waiting for this line may start producing. */
 	fprintf(stderr, "outbox-consume: assigned\n");
 	setvbuf(stdout, outbuf, _IOFBF, sizeof(outbuf));
+	signal(SIGTERM, on_term);
 
 	long		got = 0;
 	long long	last = 0;
@@ -229,7 +240,7 @@ main(int argc, char **argv)
 	rd_kafka_queue_t *queue = rd_kafka_queue_get_consumer(rk);
 	rd_kafka_message_t *batch[BATCH];
 
-	while ((count < 0 || got < count) && now_us() < deadline &&
+	while (!stopping && (count < 0 || got < count) && now_us() < deadline &&
 		   !(idle_ms >= 0 && last > 0 && now_us() - last > idle_ms * 1000LL))
 	{
 		size_t		want = count < 0 || count - got > BATCH ? BATCH : (size_t) (count - got);
