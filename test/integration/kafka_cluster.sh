@@ -10,11 +10,11 @@ t_cluster_leaders_killed() {
     local topic=it.cluster out=$IT_TMP/cluster.tsv pids=() leader
     kcluster_setup "$IT_TMP/kcluster" 3 && kcluster_start || { fail "the Kafka cluster did not start"; kcluster_stop; return; }
     set_setting outbox.kafka_brokers "$KCLUSTER_BROKERS"
-    sql "SELECT outbox.enqueue('T', 'first', '{}', topic => '$topic')" >/dev/null
+    sql "SELECT outbox.enqueue('T', 'cluster-first', '{}', topic => '$topic', msg_key => 'first')" >/dev/null
     wait_until 90 "$(all_sent $topic 1)" || { fail "nothing reached the cluster"; cluster_case_end; return; }
     for s in 1 2 3 4; do
         sql "DO \$\$ BEGIN FOR i IN 1..400 LOOP
-               PERFORM outbox.enqueue('T', 'c$s-' || i, jsonb_build_object('seq', i),
+               PERFORM outbox.enqueue('T', 'cluster-$s-' || i, jsonb_build_object('seq', i),
                                       topic => '$topic', msg_key => 'k$s-' || i % 8);
                COMMIT; PERFORM pg_sleep(0.025); END LOOP; END \$\$" &
         pids+=($!)
