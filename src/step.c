@@ -233,7 +233,7 @@ relay_first_value(SPIPlanPtr *cache, const char *sql, int nargs,
 	int rc = SPI_execute_plan(plan, values, NULL, read_only, 1);
 
 	if (rc < 0 || SPI_processed != 1)
-		elog(ERROR, "outbox relay: \"%s\" returned no row: %s", sql,
+		elog(ERROR, "outbox relay: \"%s\" did not return one row: %s", sql,
 			 SPI_result_code_string(rc));
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
 						 isnull);
