@@ -144,10 +144,10 @@ static Datum xid8_datum(uint64 value);
 
 /*
  * relay_first_sends_read: read the next batch of the stream (opening a
- * window if none is open) and send it.
+ * window if none is open) and send it; *taken is how many events it sent.
  */
 RelayRead
-relay_first_sends_read(void)
+relay_first_sends_read(int *taken)
 {
 	RelaySettings settings = relay_settings_now();
 	RelayBatch *batch;
@@ -157,6 +157,7 @@ relay_first_sends_read(void)
 	int room = relay_flight_room(&settings, NULL);
 	RelayPos before;
 
+	*taken = 0;
 	if (room == 0)
 		return READ_FULL;
 	if (!relay_begin(
@@ -217,6 +218,7 @@ relay_first_sends_read(void)
 		relay_flight_done(batch);
 		return full ? READ_FULL : READ_NOTHING;
 	}
+	*taken = batch->count;
 	window.rows += batch->count;
 	set_reader(&batch->after);
 	if (exhausted)

@@ -156,7 +156,6 @@ static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 static rd_kafka_topic_t *known_topic(const char *topic);
 static void forget_topics(void);
 static bool open_wake_pipe(void);
-static void close_wake_pipe(void);
 static void drain_wake_pipe(void);
 
 /*
@@ -225,7 +224,7 @@ outbox_kafka_stop(void)
 	producer = NULL;
 	outstanding = 0;
 	outstanding_bytes = 0;
-	close_wake_pipe();
+	drain_wake_pipe(); /* what the old producer said is served */
 	flush_log();
 }
 
@@ -945,39 +944,30 @@ forget_topics(void)
 
 /*
  * open_wake_pipe: a non-blocking pipe librdkafka writes to when its queue
- * of reports and log lines goes from empty to not empty.
+ * of reports and log lines goes from empty to not empty.  One pipe serves
+ * every producer of the process, so that the worker's wait can keep
+ * watching the same descriptor.
  */
 static bool
 open_wake_pipe(void)
 {
 	rd_kafka_queue_t *main_queue;
 
-	if (pipe(wake_pipe) != 0)
-		return false;
-	for (int i = 0; i < 2; i++)
+	if (wake_pipe[0] < 0)
 	{
-		(void) fcntl(wake_pipe[i], F_SETFL,
-					 fcntl(wake_pipe[i], F_GETFL) | O_NONBLOCK);
-		(void) fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
+		if (pipe(wake_pipe) != 0)
+			return false;
+		for (int i = 0; i < 2; i++)
+		{
+			(void) fcntl(wake_pipe[i], F_SETFL,
+						 fcntl(wake_pipe[i], F_GETFL) | O_NONBLOCK);
+			(void) fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
+		}
 	}
 	main_queue = rd_kafka_queue_get_main(producer);
 	rd_kafka_queue_io_event_enable(main_queue, wake_pipe[1], "1", 1);
 	rd_kafka_queue_destroy(main_queue);
 	return true;
-}
-
-/*
- * close_wake_pipe: close the pipe, once librdkafka is gone.
- */
-static void
-close_wake_pipe(void)
-{
-	for (int i = 0; i < 2; i++)
-	{
-		if (wake_pipe[i] >= 0)
-			close(wake_pipe[i]);
-		wake_pipe[i] = -1;
-	}
 }
 
 /*

@@ -43,6 +43,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "outbox.h"
 
 PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
@@ -54,15 +55,6 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 #define LAUNCHER_CHECK_MS 5000
 /* How long DROP DATABASE waits for the relay to leave. */
 #define HOLD_WAIT_MS 10000
-
-/* PostgreSQL 16 folded the per-kind owner checks into object_ownercheck. */
-#if PG_VERSION_NUM >= 160000
-#define database_ownercheck(dboid, roleid)                                    \
-	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
-#else
-#define database_ownercheck(dboid, roleid)                                    \
-	pg_database_ownercheck((dboid), (roleid))
-#endif
 
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 /* Whether this backend registered release_at_exit. */

@@ -209,7 +209,7 @@ typedef enum RelayRead
 	READ_PAUSED   /* an operator paused the relay: nothing read */
 } RelayRead;
 
-extern RelayRead relay_first_sends_read(void);
+extern RelayRead relay_first_sends_read(int *taken);
 extern bool relay_first_sends_settle(TimestampTz now, bool *unreachable);
 extern TimestampTz relay_first_sends_record_at(void);
 extern void relay_first_sends_abandon(void);

@@ -33,6 +33,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "kafka.h"
 #include "outbox.h"
 #include "relay.h"
@@ -45,6 +46,17 @@
 
 /* Longest a changed producer waits for its batches before it is remade. */
 #define DRAIN_MS 5000
+
+/*
+ * After a read that took everything committed, and more than one event,
+ * the next read waits until this long after it started.  Commits coming
+ * faster than the relay reads them one by one are then read a
+ * millisecond's worth at a time rather than one or two: the relay's
+ * transactions and its CPU per event fall by a quarter at 4,000 events/s
+ * (2026-12-03).  A commit that finds the relay reading one event at a
+ * time, as at 1,000 events/s, is read at once.
+ */
+#define READ_GAP_MS 1
 
 PGDLLEXPORT void outbox_relay_main(Datum main_arg);
 
@@ -68,6 +80,7 @@ static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
 static TimestampTz read_at = 0;     /* first sends: last read */
 static bool read_wanted = true;     /* a commit may wait to be read */
+static bool read_gapped = false;    /* the last read waits out READ_GAP_MS */
 static bool paused = false;         /* as the latest read found */
 static int unreachable_ms = 0;
 static TimestampTz seen_ack = 0;
@@ -86,6 +99,8 @@ static bool read_paused(RelayRead read, bool was);
 static void housekeeping(TimestampTz now);
 static void after_round(const Round *round, TimestampTz now);
 static int wait_ms(const Round *round, TimestampTz now);
+static TimestampTz read_gap_end(TimestampTz now);
+static void wait_for_news(int timeout);
 static void lock_waited(const char *what, ErrorData *edata);
 static void lock_got(const char *what);
 static void log_stall(bool now_stalled);
@@ -155,16 +170,7 @@ outbox_relay_main(Datum main_arg)
 		if (!relay_flight_idle())
 			pgstat_report_activity(STATE_RUNNING,
 								   "waiting for Kafka acknowledgements");
-		if (outbox_kafka_wake_fd() >= 0)
-			(void) WaitLatchOrSocket(MyLatch,
-									 WL_LATCH_SET | WL_SOCKET_READABLE |
-										 WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									 outbox_kafka_wake_fd(), timeout,
-									 PG_WAIT_EXTENSION);
-		else
-			(void) WaitLatch(MyLatch,
-							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 timeout, PG_WAIT_EXTENSION);
+		wait_for_news(timeout);
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
@@ -481,6 +487,7 @@ static void
 read_more(Round *round, TimestampTz now)
 {
 	RelayRead read = READ_NOTHING;
+	int taken;
 
 	if (round->unreachable || now < reads_at)
 	{
@@ -496,15 +503,16 @@ read_more(Round *round, TimestampTz now)
 			now, Min(outbox_backoff_min, outbox_poll_interval));
 		paused = read_paused(read, paused);
 	}
-	if (read != READ_PAUSED &&
+	if (read != READ_PAUSED && read_gap_end(now) == 0 &&
 		(read_wanted ||
 		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
 	{
-		read = relay_first_sends_read();
+		read = relay_first_sends_read(&taken);
 		read_at = now;
 		/* After the window's end, only a commit brings more. */
 		read_wanted =
 			read == READ_SOME || read == READ_FULL || read == READ_GONE;
+		read_gapped = read == READ_ALL && taken > 1;
 		paused = read_paused(read, paused);
 		round->worked |= read == READ_SOME || read == READ_ALL;
 		round->full = read == READ_FULL;
@@ -604,7 +612,8 @@ after_round(const Round *round, TimestampTz now)
 /*
  * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
  * a deadline: none after a round that worked, else until the next
- * handover, record of answered batches, backoff or outbox.poll_interval.
+ * handover, record of answered batches, backoff, read held back
+ * (READ_GAP_MS) or outbox.poll_interval.
  */
 static int
 wait_ms(const Round *round, TimestampTz now)
@@ -623,12 +632,60 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, record);
 	if (reads_at > now)
 		until = Min(until, reads_at);
+	if (read_gap_end(now) != 0)
+		until = Min(until, read_gap_end(now));
 	if (remake_at > now)
 		until = Min(until, remake_at);
 	if (until <= now)
 		return 1;
 	TimestampDifference(now, until, &secs, &usecs);
 	return (int) Max(1, secs * 1000 + usecs / 1000);
+}
+
+/*
+ * wait_for_news: wait up to timeout ms for the latch (a commit, a signal)
+ * or librdkafka's news.  The set of what is waited for is made once, or
+ * again when the producer's descriptor first appears, rather than on
+ * every wait: under load the loop waits thousands of times a second, and
+ * making a set (an epoll descriptor) each time cost a tenth of the loop's
+ * CPU (measured 2026-12-03).
+ */
+static void
+wait_for_news(int timeout)
+{
+	static WaitEventSet *set = NULL;
+	static pgsocket watched = PGINVALID_SOCKET;
+	WaitEvent event;
+	pgsocket fd = outbox_kafka_wake_fd();
+
+	if (set != NULL && fd != PGINVALID_SOCKET && fd != watched)
+	{
+		FreeWaitEventSet(set);
+		set = NULL;
+	}
+	if (set == NULL)
+	{
+		set = outbox_wait_set_create(3);
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
+						  NULL);
+		watched = fd;
+		if (fd != PGINVALID_SOCKET)
+			AddWaitEventToSet(set, WL_SOCKET_READABLE, fd, NULL, NULL);
+	}
+	(void) WaitEventSetWait(set, timeout, &event, 1, PG_WAIT_EXTENSION);
+}
+
+/*
+ * read_gap_end: when a commit's read, held back after a read that took
+ * everything committed (READ_GAP_MS), is due; 0 if none is held back.
+ */
+static TimestampTz
+read_gap_end(TimestampTz now)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(read_at, READ_GAP_MS);
+
+	return read_wanted && read_gapped && now < end ? end : 0;
 }
 
 /*
