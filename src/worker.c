@@ -621,6 +621,7 @@ wait_ms(const Round *round, TimestampTz now)
 	TimestampTz until = TimestampTzPlusMilliseconds(now, outbox_poll_interval);
 	TimestampTz handover = relay_flight_next_handover();
 	TimestampTz record = relay_first_sends_record_at();
+	TimestampTz gap_end = read_gap_end(now);
 	long secs;
 	int usecs;
 
@@ -632,8 +633,8 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, record);
 	if (reads_at > now)
 		until = Min(until, reads_at);
-	if (read_gap_end(now) != 0)
-		until = Min(until, read_gap_end(now));
+	if (gap_end != 0)
+		until = Min(until, gap_end);
 	if (remake_at > now)
 		until = Min(until, remake_at);
 	if (until <= now)
