@@ -173,6 +173,21 @@ relay_batch_answered(const RelayBatch *batch, int i)
 }
 
 /*
+ * relay_batch_first_waiting: the seq (kafka.h) of the batch's first event
+ * sent and not answered yet, the oldest of its unanswered; 0 if none.
+ */
+uint64
+relay_batch_first_waiting(const RelayBatch *batch)
+{
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (!relay_batch_answered(batch, i))
+			return batch->msgs[i].seq;
+	}
+	return 0;
+}
+
+/*
  * relay_batch_all_answered: whether Kafka answered for every event sent.
  */
 bool

@@ -252,21 +252,25 @@ relay_flight_idle(void)
 
 /*
  * relay_flight_may_hand_over: whether batch's unanswered events are stuck
- * rather than slow: it waited HANDOVER_MS, and Kafka acknowledged
- * something since it was sent.
+ * rather than slow: it waited HANDOVER_MS, and Kafka acknowledged a
+ * message sent after the first of them.  Any acknowledgement since the
+ * batch was sent would not do: under a burst, the first half of a large
+ * batch is acknowledged while the rest is on its way.
  */
 bool
 relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 {
-	return TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS) &&
-		   outbox_kafka_last_ack() > batch->sent_at;
+	uint64 waiting = relay_batch_first_waiting(batch);
+
+	return waiting != 0 && outbox_kafka_acked_seq() > waiting &&
+		   TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
 }
 
 /*
  * relay_flight_next_handover: when the oldest batch of first sends or the
  * batch of retries may hand over, for the loop's wait; 0 if neither can
- * (nothing waits, or Kafka acknowledged nothing since: an answer wakes
- * the loop anyway).
+ * (nothing waits, or Kafka acknowledged nothing sent after it: an answer
+ * wakes the loop anyway).
  */
 TimestampTz
 relay_flight_next_handover(void)
@@ -277,10 +281,10 @@ relay_flight_next_handover(void)
 	for (int c = 0; c < 2; c++)
 	{
 		RelayBatch *b = candidates[c];
+		uint64 waiting = b == NULL ? 0 : relay_batch_first_waiting(b);
 		TimestampTz when;
 
-		if (b == NULL || outbox_kafka_last_ack() <= b->sent_at ||
-			relay_batch_all_answered(b))
+		if (waiting == 0 || outbox_kafka_acked_seq() <= waiting)
 			continue;
 		when = TimestampTzPlusMilliseconds(b->sent_at, HANDOVER_MS);
 		at = at == 0 ? when : Min(at, when);

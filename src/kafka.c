@@ -112,6 +112,8 @@ static rd_kafka_t *producer = NULL;
 static int outstanding = 0;          /* messages sent, not yet reported */
 static size_t outstanding_bytes = 0; /* their values' bytes */
 static TimestampTz last_ack_at = 0;  /* latest acknowledged delivery */
+static uint64 queued_seq = 0;        /* messages queued so far */
+static uint64 acked_seq = 0;         /* the latest queued of those acked */
 static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
 static bool fatal_error = false;
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
@@ -275,6 +277,7 @@ outbox_kafka_send(OutboxMessage *msg)
 		outstanding++;
 		outstanding_bytes += msg->value_len;
 		msg->queued = true;
+		msg->seq = ++queued_seq;
 		return KAFKA_QUEUED;
 	}
 	/* Not queued: the headers are still ours. */
@@ -320,6 +323,17 @@ TimestampTz
 outbox_kafka_last_ack(void)
 {
 	return last_ack_at;
+}
+
+/*
+ * outbox_kafka_acked_seq: the seq of the latest queued message Kafka has
+ * acknowledged (0 if none): a message queued before it and still
+ * unanswered waits for something other than Kafka's pace.
+ */
+uint64
+outbox_kafka_acked_seq(void)
+{
+	return acked_seq;
 }
 
 /*
@@ -567,6 +581,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 		broker_state = "up";
 		latest_problem[0] = '\0';
 		last_ack_at = GetCurrentTimestamp();
+		acked_seq = Max(acked_seq, msg->seq);
 	}
 	msg->done = true;
 	msg->error = rkmessage->err;

@@ -37,6 +37,7 @@ typedef struct OutboxMessage
 	const char *header_values[OUTBOX_MAX_HEADERS];
 
 	bool queued; /* handed to librdkafka: a delivery report will come */
+	uint64 seq;  /* when queued: how many were queued before, plus one */
 
 	/* Set by the delivery report, served on the worker's own thread. */
 	bool done;
@@ -63,6 +64,7 @@ extern void outbox_kafka_serve(void);
 extern void outbox_kafka_push(void);
 extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
 extern TimestampTz outbox_kafka_last_ack(void);
+extern uint64 outbox_kafka_acked_seq(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,

@@ -156,6 +156,7 @@ extern void relay_batch_row(BatchRow *out, HeapTuple row, TupleDesc desc);
 extern int relay_batch_add(RelayBatch *batch, const BatchRow *row);
 extern bool relay_batch_send(RelayBatch *batch, int i, const BatchRow *row);
 extern bool relay_batch_answered(const RelayBatch *batch, int i);
+extern uint64 relay_batch_first_waiting(const RelayBatch *batch);
 extern bool relay_batch_all_answered(const RelayBatch *batch);
 extern HTAB *relay_key_set(MemoryContext memory);
 extern void relay_key_add(HTAB *keys, uint64 hash);

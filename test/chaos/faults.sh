@@ -143,9 +143,10 @@ t_relay_killed() {
 # for want of any), and t_outcome checks which: the batch in flight comes
 # again, the batches recorded before it do not.
 t_relay_killed_unrecorded() {
-    local try pid batch recorded kill=$((${#UNRECORDED[@]} + 1))
+    local try pid batch recorded stuck kill=$((${#UNRECORDED[@]} + 1))
     batch=$(sql "SHOW outbox.batch_size")
     for try in 1 2 3; do
+        stuck=$(stuck_said)
         pid=$(relay_pid)
         [ -n "$pid" ] || { fail "no relay running"; return; }
         sql "SELECT outbox.pause()" >/dev/null
@@ -162,6 +163,9 @@ t_relay_killed_unrecorded() {
             UNRECORDED+=("$kill")
             cursor_locker_stop
             echo "#   killed before recording a batch, $recorded events of its window recorded (try $try)"
+            # Events of a topic said stuck are held, never sent: none of
+            # them can arrive twice.
+            [ "$(stuck_said)" = "$stuck" ] || echo "#   the relay said the topic was stuck during the try"
             wait_until 60 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid" \
                 || fail "the relay did not come back"
             return
@@ -169,6 +173,11 @@ t_relay_killed_unrecorded() {
         cursor_locker_stop
     done
     fail "the relay was never caught between sending and recording a batch mid-window in 3 tries"
+}
+
+# stuck_said: how often the relay has said a topic was stuck.
+stuck_said() {
+    cat "$CLUSTER_DIR"/node-*.log | grep -c 'are stuck' || true
 }
 
 # The open window's events, each with whether the cursor's place is past it.
