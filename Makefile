@@ -42,7 +42,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue bench-stats format format-check tools
+.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
 
 test:
 	test/run
@@ -75,6 +75,9 @@ bench-enqueue:
 
 bench-stats:
 	bench/stats
+
+bench-txn:
+	bench/txn
 
 format:
 	clang-format -i src/*.c src/*.h
