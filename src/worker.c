@@ -20,7 +20,9 @@
  */
 #include "postgres.h"
 
+#ifdef __GLIBC__
 #include <malloc.h>
+#endif
 
 #include "access/xact.h"
 #include "commands/dbcommands.h"
