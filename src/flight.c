@@ -59,6 +59,7 @@ static void drop_messages(RelayBatch *batch, int from, bool handed_too);
 static void let_go(RelayBatch *batch);
 static bool freeable(const RelayBatch *batch);
 static void unstick(RelayBatch *batch, int i);
+static bool later_acked(const RelayBatch *batch);
 static void say_stuck(const char *topic, uint64 hash);
 
 /*
@@ -260,10 +261,20 @@ relay_flight_idle(void)
 bool
 relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 {
+	return later_acked(batch) &&
+		   TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
+}
+
+/*
+ * later_acked: whether Kafka acknowledged a message sent after the first
+ * unanswered one of batch.
+ */
+static bool
+later_acked(const RelayBatch *batch)
+{
 	uint64 waiting = relay_batch_first_waiting(batch);
 
-	return waiting != 0 && outbox_kafka_acked_seq() > waiting &&
-		   TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
+	return waiting != 0 && outbox_kafka_acked_seq() > waiting;
 }
 
 /*
@@ -281,10 +292,9 @@ relay_flight_next_handover(void)
 	for (int c = 0; c < 2; c++)
 	{
 		RelayBatch *b = candidates[c];
-		uint64 waiting = b == NULL ? 0 : relay_batch_first_waiting(b);
 		TimestampTz when;
 
-		if (waiting == 0 || outbox_kafka_acked_seq() <= waiting)
+		if (b == NULL || !later_acked(b))
 			continue;
 		when = TimestampTzPlusMilliseconds(b->sent_at, HANDOVER_MS);
 		at = at == 0 ? when : Min(at, when);
