@@ -10,7 +10,7 @@ OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan
              src/enqueue.o src/claim.o src/launcher.o src/worker.o \
              src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
              src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
-             src/redact.o
+             src/redact.o src/exactly_once.o src/kafka_txn.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
@@ -50,9 +50,11 @@ test:
 demo:
 	scripts/demo
 
-# The chaos suite, long version (make test runs one round).
+# The chaos suite, long version, in both delivery modes (make test runs
+# one round of each).
 chaos:
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} CHAOS_DELIVERY=exactly_once test/chaos/run
 
 # The fuzz run of enqueue and claim, long version (make test runs 3,000 cases).
 fuzz:

@@ -12,6 +12,11 @@ ALTER SYSTEM SET outbox.kafka_properties = 'linger.ms=not-a-number';
 ALTER SYSTEM SET outbox.kafka_properties = 'linger.ms=2; compression.type=lz4;';
 ALTER SYSTEM RESET outbox.kafka_properties;
 
+-- outbox.delivery takes two values; the progress topic must be a topic name.
+ALTER SYSTEM SET outbox.delivery = 'exactly-once';
+ALTER SYSTEM SET outbox.progress_topic = 'has space';
+ALTER SYSTEM SET outbox.progress_topic = '';
+
 -- Relay settings take effect on reload, not per session.
 SELECT err($$SET outbox.kafka_brokers = 'localhost:9092'$$);
 SELECT err($$SET outbox.batch_size = 0$$);

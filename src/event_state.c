@@ -20,6 +20,7 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -53,11 +54,36 @@ static const char *const reset_sending_sql =
 	"UPDATE outbox.event_state SET status = 'new'"
 	" WHERE status OPERATOR(pg_catalog.=) 'sending'";
 
+/*
+ * Events Kafka committed in a transaction whose record was lost: sent.
+ * Only rows that exist: an event without one was recorded and kept none.
+ */
+static const char *const mark_sent_sql =
+	"UPDATE outbox.event_state SET status = 'sent', updated_at = pg_catalog.now()"
+	" WHERE id OPERATOR(pg_catalog.=) ANY ($1)"
+	"   AND status OPERATOR(pg_catalog.<>) 'sent'";
+
 static SPIPlanPtr set_state_plan = NULL;
+static SPIPlanPtr mark_sent_plan = NULL;
 static SPIPlanPtr pending_keys_plan = NULL;
 static SPIPlanPtr reset_sending_plan = NULL;
 
+/*
+ * Events the broker refused twice in a row that wait for a retry.  Kafka
+ * refuses a partition's whole batch of records for one it cannot take
+ * (one larger than the topic's max.message.bytes: the limit is the
+ * batch's), so the events sent with the guilty one are refused with it;
+ * retried together they are refused together again, and would die with
+ * it.  So an event refused on a retry too is retried alone (retries.c),
+ * and the others of its batch go through.  The first retry still goes
+ * together: a burst refused for a passing reason drains at the pace of
+ * batches.  Kept in memory only: after a restart they travel together
+ * once more, which costs each an attempt, no more.
+ */
+static HTAB *refused = NULL;
+
 static const char *failure_text(const RelayBatch *batch, int i, bool *refused);
+static void note_refused(int64 id, bool is_refused);
 
 /*
  * relay_set_state: write an event's delivery state, due again delay_ms
@@ -91,6 +117,25 @@ relay_set_state(int64 id, const char *status, int attempts, int delay_ms,
 }
 
 /*
+ * relay_mark_sent: the events given were delivered (exactly_once.c found
+ * them in Kafka's progress).  Call inside relay_begin.
+ */
+void
+relay_mark_sent(const int64 *ids, int n)
+{
+	Oid types[1] = {INT8ARRAYOID};
+	Datum values[1];
+	Datum *items = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		items[i] = Int64GetDatum(ids[i]);
+	values[0] = PointerGetDatum(construct_array(
+		items, n, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	relay_run_plan(&mark_sent_plan, mark_sent_sql, 1, types, values,
+				   SPI_OK_UPDATE, false);
+}
+
+/*
  * relay_record_outcome: what Kafka answered for event i of batch, which
  * has a state row of its own: sent, or failed once more.
  */
@@ -100,7 +145,10 @@ relay_record_outcome(const RelayBatch *batch, int i)
 	const OutboxMessage *msg = &batch->msgs[i];
 
 	if (msg->error == 0)
+	{
 		relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
+		note_refused(msg->event_id, false);
+	}
 	else
 		relay_record_failure(batch, i);
 }
@@ -128,6 +176,7 @@ relay_record_failure(const RelayBatch *batch, int i)
 	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
 					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
 					error);
+	note_refused(msg->event_id, refused && !dead && failures >= 2);
 	/* What relay_status() shows, once this is recorded. */
 	((OutboxMessage *) msg)->error_text =
 		MemoryContextStrdup(batch->memory, error);
@@ -215,4 +264,30 @@ relay_reset_sending(void)
 {
 	relay_run_plan(&reset_sending_plan, reset_sending_sql, 0, NULL, NULL,
 				   SPI_OK_UPDATE, false);
+}
+
+/*
+ * relay_refused_before: whether the event is to be retried alone (see
+ * refused above).
+ */
+bool
+relay_refused_before(int64 id)
+{
+	return refused != NULL && relay_key_has(refused, (uint64) id);
+}
+
+/*
+ * note_refused: remember, or forget, that the broker refused event id.
+ */
+static void
+note_refused(int64 id, bool is_refused)
+{
+	uint64 key = (uint64) id;
+
+	if (refused == NULL)
+		refused = relay_key_set(TopMemoryContext);
+	if (is_refused)
+		relay_key_add(refused, key);
+	else
+		(void) hash_search(refused, &key, HASH_REMOVE, NULL);
 }

@@ -28,6 +28,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/memutils.h"
 #include "utils/xid8.h"
@@ -119,9 +120,11 @@ static SPIPlanPtr part_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
 
 static MemoryContext reader_memory = NULL;
+static MemoryContext recorded_memory = NULL;
 static TimestampTz recorded_at = 0;
 static bool reader_valid = false;
 static RelayPos reader;            /* where the next batch starts */
+static RelayPos recorded;          /* what outbox.relay_cursor holds */
 static Window window;              /* the parts of reader.window */
 static RelayBatch *reading = NULL; /* a batch being read and sent */
 
@@ -139,8 +142,11 @@ static void apply_settled(RelayBatch *batch, int cut, bool *unreachable);
 static RelayPos place_before(RelayBatch *batch, int i);
 static bool record_place(const RelayPos *pos);
 static void set_reader(const RelayPos *pos);
+static void set_recorded(const RelayPos *pos);
 static RelayPos copy_pos(const RelayPos *pos, MemoryContext memory);
 static Datum xid8_datum(uint64 value);
+static bool parse_pos(const char *text, RelayPos *pos);
+static bool parse_snapshot(const char *text, Datum *snapshot);
 
 /*
  * relay_first_sends_read: read the next batch of the stream (opening a
@@ -272,6 +278,14 @@ relay_first_sends_settle(TimestampTz now, bool *unreachable)
 		return false;
 	relay_commit();
 	recorded_at = now;
+	{
+		RelayBatch *last = settled[n - 1];
+		RelayPos pos = cuts[n - 1] == last->count
+						   ? last->after
+						   : place_before(last, cuts[n - 1]);
+
+		set_recorded(&pos);
+	}
 	for (int k = 0; k < n; k++)
 		apply_settled(settled[k], cuts[k], unreachable);
 	return true;
@@ -339,6 +353,64 @@ relay_first_sends_restart(void)
 }
 
 /*
+ * relay_first_sends_recorded: the place outbox.relay_cursor holds, as
+ * text (relay_pos_text); NULL if it was not read since the relay started
+ * or the reader was reset.
+ */
+char *
+relay_first_sends_recorded(void)
+{
+	return reader_valid ? relay_pos_text(&recorded) : NULL;
+}
+
+/*
+ * relay_first_sends_place: the place outbox.relay_cursor holds, read now,
+ * as text (relay_pos_text).  Inside relay_begin.
+ */
+char *
+relay_first_sends_place(void)
+{
+	reader_valid = false;
+	load_reader();
+	return relay_pos_text(&recorded);
+}
+
+/*
+ * relay_first_sends_move: record the place given as text (relay_pos_text)
+ * in outbox.relay_cursor; false, and nothing written, if the text is not
+ * one.  The next batch starts from there.  Inside relay_begin.
+ */
+bool
+relay_first_sends_move(const char *text)
+{
+	RelayPos pos;
+
+	if (!parse_pos(text, &pos) || !record_place(&pos))
+		return false;
+	reader_valid = false;
+	return true;
+}
+
+/*
+ * relay_pos_text: a place as one line of text, for the progress record of
+ * exactly_once.c: done snapshot, window snapshot (- if none), the last
+ * transaction and event id of the window taken, separated by '/'.
+ */
+char *
+relay_pos_text(const RelayPos *pos)
+{
+	char *done =
+		DatumGetCString(DirectFunctionCall1(pg_snapshot_out, pos->done));
+	char *window =
+		pos->window == (Datum) 0
+			? "-"
+			: DatumGetCString(DirectFunctionCall1(pg_snapshot_out, pos->window));
+
+	return psprintf("%s/%s/" UINT64_FORMAT "/" INT64_FORMAT, done, window,
+					pos->last_tx, pos->last_id);
+}
+
+/*
  * load_reader: the place recorded in outbox.relay_cursor, and its window's
  * parts if one is open.
  */
@@ -371,6 +443,7 @@ load_reader(void)
 		DatumGetFullTransactionId(SPI_getbinval(row, desc, 3, &isnull)).value;
 	pos.last_id = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
 	set_reader(&pos);
+	set_recorded(&pos);
 	window.rows = 0;
 	if (reader.window != (Datum) 0)
 		open_window(reader.window);
@@ -698,6 +771,21 @@ set_reader(const RelayPos *pos)
 }
 
 /*
+ * set_recorded: outbox.relay_cursor now holds pos.
+ */
+static void
+set_recorded(const RelayPos *pos)
+{
+	MemoryContext fresh = AllocSetContextCreate(
+		TopMemoryContext, "outbox relay recorded place", ALLOCSET_SMALL_SIZES);
+
+	recorded = copy_pos(pos, fresh);
+	if (recorded_memory != NULL)
+		MemoryContextDelete(recorded_memory);
+	recorded_memory = fresh;
+}
+
+/*
  * copy_pos: pos with its snapshots copied into memory.
  */
 static RelayPos
@@ -720,4 +808,78 @@ static Datum
 xid8_datum(uint64 value)
 {
 	return FullTransactionIdGetDatum(FullTransactionIdFromU64(value));
+}
+
+/*
+ * parse_pos: the place a line of relay_pos_text gives; false if the text
+ * is not one.  What comes from Kafka is checked before any input function
+ * sees it, so a damaged record cannot raise an error here.
+ */
+static bool
+parse_pos(const char *text, RelayPos *pos)
+{
+	char copy[1024];
+	char *parts[4];
+	char *cursor = copy;
+	char *end;
+
+	if (strlcpy(copy, text, sizeof(copy)) >= sizeof(copy))
+		return false;
+	for (int k = 0; k < 4; k++)
+	{
+		parts[k] = strsep(&cursor, "/");
+		if (parts[k] == NULL)
+			return false;
+	}
+	if (cursor != NULL || !parse_snapshot(parts[0], &pos->done))
+		return false;
+	pos->window = (Datum) 0;
+	if (strcmp(parts[1], "-") != 0 && !parse_snapshot(parts[1], &pos->window))
+		return false;
+	errno = 0;
+	pos->last_tx = strtou64(parts[2], &end, 10);
+	if (errno != 0 || *end != '\0' || end == parts[2])
+		return false;
+	pos->last_id = strtoi64(parts[3], &end, 10);
+	return errno == 0 && *end == '\0' && end != parts[3];
+}
+
+/*
+ * parse_snapshot: a pg_snapshot from its text, if it is one: xmin:xmax:
+ * and transaction ids between them, ascending.
+ */
+static bool
+parse_snapshot(const char *text, Datum *snapshot)
+{
+	uint64 xmin;
+	uint64 xmax;
+	uint64 last;
+	const char *p = text;
+	char *end;
+
+	errno = 0;
+	xmin = strtou64(p, &end, 10);
+	if (errno != 0 || end == p || *end != ':')
+		return false;
+	p = end + 1;
+	xmax = strtou64(p, &end, 10);
+	if (errno != 0 || end == p || *end != ':' ||
+		xmin < FirstNormalTransactionId || xmax < xmin)
+		return false;
+	p = end + 1;
+	last = xmin;
+	while (*p != '\0')
+	{
+		uint64 xip = strtou64(p, &end, 10);
+
+		if (errno != 0 || end == p || xip < last || xip >= xmax ||
+			(*end != ',' && *end != '\0'))
+			return false;
+		last = xip;
+		p = *end == ',' ? end + 1 : end;
+		if (*end == ',' && *p == '\0')
+			return false;
+	}
+	*snapshot = DirectFunctionCall1(pg_snapshot_in, CStringGetDatum(text));
+	return true;
 }

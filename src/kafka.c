@@ -81,6 +81,17 @@
  */
 #define DEFAULT_LINGER_MS "1"
 
+/*
+ * How long the coordinator lets a transaction of the relay stay open
+ * before it aborts it, unless a property says otherwise: a relay that
+ * stopped mid-transaction holds read_committed consumers of its
+ * partitions back until then (or until it starts again, at once).  Well
+ * above message.timeout.ms: the relay itself aborts a transaction whose
+ * messages time out, and one the coordinator aborted first would come back
+ * to it as a fenced epoch.
+ */
+#define DEFAULT_TRANSACTION_TIMEOUT_MS "60000"
+
 /* syslog levels librdkafka uses: up to 4 (warning) goes to the log. */
 #define SYSLOG_ERR 3
 #define SYSLOG_WARNING 4
@@ -109,6 +120,7 @@ typedef struct RepeatedLine
 } RepeatedLine;
 
 static rd_kafka_t *producer = NULL;
+static uint64 generation = 0;        /* producers made so far */
 static int outstanding = 0;          /* messages sent, not yet reported */
 static size_t outstanding_bytes = 0; /* their values' bytes */
 static TimestampTz last_ack_at = 0;  /* latest acknowledged delivery */
@@ -133,7 +145,11 @@ static bool problem_unsaid = false;       /* not yet published */
 static char stalled_topic[256]; /* of the latest message not acknowledged */
 
 static rd_kafka_conf_t *make_conf(const char *brokers, const char *properties,
-								  char *problem, size_t size);
+								  const char *transactional_id, char *problem,
+								  size_t size);
+static rd_kafka_conf_t *user_conf(rd_kafka_conf_t *conf, const char *brokers,
+								  const char *properties, char *problem,
+								  size_t size);
 static bool apply_properties(rd_kafka_conf_t *conf, const char *properties,
 							 char *problem, size_t size);
 static bool apply_entry(rd_kafka_conf_t *conf, char *entry, int position,
@@ -165,13 +181,15 @@ static void drain_wake_pipe(void);
  * server log, if the settings are unusable; the caller retries on reload.
  */
 bool
-outbox_kafka_start(const char *brokers, const char *properties)
+outbox_kafka_start(const char *brokers, const char *properties,
+				   const char *transactional_id)
 {
 	char problem[512];
 	rd_kafka_conf_t *conf;
 
 	Assert(producer == NULL);
-	conf = make_conf(brokers, properties, problem, sizeof(problem));
+	conf = make_conf(brokers, properties, transactional_id, problem,
+					 sizeof(problem));
 	if (conf == NULL)
 	{
 		ereport(LOG,
@@ -190,6 +208,7 @@ outbox_kafka_start(const char *brokers, const char *properties)
 		return false;
 	}
 	rd_kafka_set_log_queue(producer, NULL);
+	generation++;
 	outstanding = 0;
 	outstanding_bytes = 0;
 	memset(known_topics, 0, sizeof(known_topics));
@@ -228,6 +247,38 @@ outbox_kafka_stop(void)
 	outstanding_bytes = 0;
 	drain_wake_pipe(); /* what the old producer said is served */
 	flush_log();
+}
+
+/*
+ * outbox_kafka_producer: the producer, for kafka_txn.c; NULL if none.
+ */
+struct rd_kafka_s *
+outbox_kafka_producer(void)
+{
+	return producer;
+}
+
+/*
+ * outbox_kafka_generation: how many producers were made so far: a new
+ * number says a new producer, whose transactions start afresh.
+ */
+uint64
+outbox_kafka_generation(void)
+{
+	return generation;
+}
+
+/*
+ * outbox_kafka_reader_conf: a configuration for a consumer of the same
+ * cluster, with the same properties (TLS, SASL) as the producer, and its
+ * log lines kept as the producer's are; NULL, with the problem said, if
+ * the settings are unusable.
+ */
+struct rd_kafka_conf_s *
+outbox_kafka_reader_conf(const char *brokers, const char *properties,
+						 char *problem, size_t size)
+{
+	return user_conf(rd_kafka_conf_new(), brokers, properties, problem, size);
 }
 
 /*
@@ -373,6 +424,23 @@ outbox_kafka_fatal(void)
 }
 
 /*
+ * outbox_kafka_fenced: whether the producer's fatal error is that another
+ * producer with its transactional.id took over.
+ */
+bool
+outbox_kafka_fenced(void)
+{
+	rd_kafka_resp_err_t cause;
+
+	if (producer == NULL || !fatal_error)
+		return false;
+	cause = rd_kafka_fatal_error(producer, NULL, 0);
+	return cause == RD_KAFKA_RESP_ERR__FENCED ||
+		   cause == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+		   cause == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+}
+
+/*
  * outbox_kafka_stall_reason: why the latest messages were not acknowledged,
  * as a sentence: the error the cluster reports for their topic (asked
  * briefly, unless every broker is down), else librdkafka's latest problem.
@@ -430,9 +498,22 @@ outbox_kafka_check_properties(const char *properties, char *problem, size_t size
  * properties, then the callbacks that keep librdkafka off our functions.
  */
 static rd_kafka_conf_t *
-make_conf(const char *brokers, const char *properties, char *problem, size_t size)
+make_conf(const char *brokers, const char *properties,
+		  const char *transactional_id, char *problem, size_t size)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+	/* exactly_once: the relay's own id, and a bound on a stalled one. */
+	if (transactional_id != NULL &&
+		(rd_kafka_conf_set(conf, "transactional.id", transactional_id, problem,
+						   size) != RD_KAFKA_CONF_OK ||
+		 rd_kafka_conf_set(conf, "transaction.timeout.ms",
+						   DEFAULT_TRANSACTION_TIMEOUT_MS, problem,
+						   size) != RD_KAFKA_CONF_OK))
+	{
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
 
 	/* Defaults a user may override: at-least-once with no reordering. */
 	if (rd_kafka_conf_set(conf, "enable.idempotence", "true", problem, size) !=
@@ -444,8 +525,28 @@ make_conf(const char *brokers, const char *properties, char *problem, size_t siz
 		rd_kafka_conf_set(conf, "message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS,
 						  problem, size) != RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "linger.ms", DEFAULT_LINGER_MS, problem,
-						  size) != RD_KAFKA_CONF_OK ||
-		!apply_properties(conf, properties, problem, size) ||
+						  size) != RD_KAFKA_CONF_OK)
+	{
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+	conf = user_conf(conf, brokers, properties, problem, size);
+	if (conf == NULL)
+		return NULL;
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	return conf;
+}
+
+/*
+ * user_conf: conf with the user's properties and brokers, and log lines
+ * queued for flush_log; NULL (conf freed) if they are unusable.
+ */
+static rd_kafka_conf_t *
+user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
+		  char *problem, size_t size)
+{
+	if (!apply_properties(conf, properties, problem, size) ||
 		rd_kafka_conf_set(conf, "bootstrap.servers", brokers, problem, size) !=
 			RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "log.queue", "true", problem, size) !=
@@ -454,9 +555,7 @@ make_conf(const char *brokers, const char *properties, char *problem, size_t siz
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
-	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_log_cb(conf, on_log);
-	rd_kafka_conf_set_error_cb(conf, on_error);
 	return conf;
 }
 
@@ -828,6 +927,11 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
 		case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
 		case RD_KAFKA_RESP_ERR__FATAL:
+		case RD_KAFKA_RESP_ERR__STATE:
+		case RD_KAFKA_RESP_ERR__FENCED:
+		case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+		case RD_KAFKA_RESP_ERR_INVALID_TXN_STATE:
+		case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
 			return true;
 		default:
 			return false;

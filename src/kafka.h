@@ -2,8 +2,10 @@
  * kafka.h
  *		The relay's Kafka producer, as seen by the rest of the extension.
  *
- * Only kafka.c includes rdkafka.h; everything else deals in OutboxMessage.
- * Nothing here waits: the worker's loop waits on outbox_kafka_wake_fd().
+ * Only kafka.c and kafka_txn.c include rdkafka.h; everything else deals in
+ * OutboxMessage.  Nothing in kafka.c waits: the worker's loop waits on
+ * outbox_kafka_wake_fd().  kafka_txn.c's calls wait, each for at most the
+ * time its caller gives.
  *
  * src/kafka.h
  */
@@ -48,6 +50,12 @@ typedef struct OutboxMessage
 	const char *error_text; /* static text from librdkafka */
 } OutboxMessage;
 
+/*
+ * The error a message is given when the relay gives up waiting for it
+ * itself (librdkafka's own code for a message timed out).
+ */
+#define OUTBOX_KAFKA_GAVE_UP (-192)
+
 /* What became of a message handed to outbox_kafka_send. */
 typedef enum KafkaSendResult
 {
@@ -56,7 +64,27 @@ typedef enum KafkaSendResult
 	KAFKA_FULL     /* librdkafka's queue is full: send it later */
 } KafkaSendResult;
 
-extern bool outbox_kafka_start(const char *brokers, const char *properties);
+/* What a transactional step of kafka_txn.c came to. */
+typedef enum KafkaTxnResult
+{
+	KAFKA_TXN_DONE,   /* done */
+	KAFKA_TXN_AGAIN,  /* not done in the time given: call it again */
+	KAFKA_TXN_ABORT,  /* the transaction can only be aborted */
+	KAFKA_TXN_FENCED, /* another producer took over the transactional.id */
+	KAFKA_TXN_FAILED  /* cannot be done with this producer or cluster */
+} KafkaTxnResult;
+
+struct rd_kafka_s;
+struct rd_kafka_conf_s;
+
+extern bool outbox_kafka_start(const char *brokers, const char *properties,
+							   const char *transactional_id);
+extern struct rd_kafka_s *outbox_kafka_producer(void);
+extern uint64 outbox_kafka_generation(void);
+extern struct rd_kafka_conf_s *outbox_kafka_reader_conf(const char *brokers,
+														const char *properties,
+														char *problem,
+														size_t size);
 extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
 extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
@@ -67,6 +95,7 @@ extern TimestampTz outbox_kafka_last_ack(void);
 extern uint64 outbox_kafka_acked_seq(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
+extern bool outbox_kafka_fenced(void);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
 extern const char *outbox_kafka_version(void);
@@ -75,5 +104,19 @@ extern char *outbox_kafka_stall_reason(void);
 extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties,
 										  char *problem, size_t size);
+
+/* kafka_txn.c */
+extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,
+											size_t size);
+extern KafkaTxnResult outbox_kafka_txn_begin(char *why, size_t size);
+extern bool outbox_kafka_txn_open(void);
+extern KafkaTxnResult outbox_kafka_txn_commit(int timeout_ms, char *why,
+											  size_t size);
+extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,
+											 size_t size);
+extern KafkaTxnResult
+outbox_kafka_progress_read(const char *brokers, const char *properties,
+						   const char *topic, const char *key, int timeout_ms,
+						   char **value, char *why, size_t size);
 
 #endif /* OUTBOX_KAFKA_H */

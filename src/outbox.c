@@ -53,6 +53,8 @@ static char *allowed_consumers = NULL;
 char *outbox_database = NULL;
 char *outbox_kafka_brokers = NULL;
 char *outbox_kafka_properties = NULL;
+int outbox_delivery = OUTBOX_DELIVERY_AT_LEAST_ONCE;
+char *outbox_progress_topic = NULL;
 int outbox_max_attempts = DEFAULT_MAX_ATTEMPTS;
 int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
 int outbox_backoff_max = DEFAULT_BACKOFF_MAX_MS;
@@ -63,6 +65,11 @@ int outbox_poll_interval = DEFAULT_POLL_INTERVAL_MS;
 int outbox_sent_retention = DEFAULT_SENT_RETENTION_S;
 int outbox_dedup_retention = DEFAULT_DEDUP_RETENTION_S;
 int outbox_alert_delay = DEFAULT_ALERT_DELAY_S;
+
+static const struct config_enum_entry delivery_options[] = {
+	{"at_least_once", OUTBOX_DELIVERY_AT_LEAST_ONCE, false},
+	{"exactly_once", OUTBOX_DELIVERY_EXACTLY_ONCE, false},
+	{NULL, 0, false}};
 
 /* Prototypes */
 
@@ -77,6 +84,7 @@ static bool check_allowed_consumers(char **newval, void **extra,
 static bool check_name_list(char **newval, void **extra, bool topics);
 static void assign_allowed_topics(const char *newval, void *extra);
 static void assign_allowed_consumers(const char *newval, void *extra);
+static bool check_progress_topic(char **newval, void **extra, GucSource source);
 static bool check_kafka_properties(char **newval, void **extra,
 								   GucSource source);
 
@@ -183,6 +191,25 @@ define_relay_settings(void)
 					 "Readable by superusers and pg_read_all_settings only."),
 		&outbox_kafka_properties, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 		check_kafka_properties, NULL, NULL);
+
+	DefineCustomEnumVariable(
+		"outbox.delivery",
+		gettext_noop("at_least_once, or exactly_once: each batch in one Kafka "
+					 "transaction with the relay's progress."),
+		gettext_noop("exactly_once needs a cluster with transactions; consumers "
+					 "see each event once when they read with "
+					 "isolation.level=read_committed."),
+		&outbox_delivery, OUTBOX_DELIVERY_AT_LEAST_ONCE, delivery_options,
+		PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomStringVariable(
+		"outbox.progress_topic",
+		gettext_noop("Compacted Kafka topic where exactly_once keeps the "
+					 "relay's progress."),
+		gettext_noop("Created by the relay when missing; one record per "
+					 "relayed database."),
+		&outbox_progress_topic, "outbox_progress", PGC_SIGHUP, 0,
+		check_progress_topic, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.max_attempts",
@@ -340,6 +367,23 @@ static void
 assign_allowed_consumers(const char *newval, void *extra)
 {
 	outbox_allowed_consumer_list = (OutboxNameList *) extra;
+}
+
+/*
+ * check_progress_topic: a legal Kafka topic name.
+ */
+static bool
+check_progress_topic(char **newval, void **extra, GucSource source)
+{
+	const char *problem;
+
+	if (*newval == NULL)
+		return true;
+	problem = outbox_topic_problem(*newval, strlen(*newval));
+	if (problem == NULL)
+		return true;
+	GUC_check_errdetail("A Kafka topic name %s.", problem);
+	return false;
 }
 
 /*

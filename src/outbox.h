@@ -47,7 +47,9 @@ typedef enum OutboxRelayState
 	RELAY_STATE_UNCONFIGURED,
 	RELAY_STATE_BACKING_OFF,
 	RELAY_STATE_PAUSED,
-	RELAY_STATE_WAITING_FOR_LOCK
+	RELAY_STATE_WAITING_FOR_LOCK,
+	RELAY_STATE_NO_TRANSACTIONS,
+	RELAY_STATE_FENCED
 } OutboxRelayState;
 
 /* Seconds of delivery counts kept for the "last minute" figures. */
@@ -96,6 +98,11 @@ extern OutboxNameList *outbox_allowed_consumer_list;
 extern char *outbox_database;
 extern char *outbox_kafka_brokers;
 extern char *outbox_kafka_properties;
+/* outbox.delivery */
+#define OUTBOX_DELIVERY_AT_LEAST_ONCE 0
+#define OUTBOX_DELIVERY_EXACTLY_ONCE 1
+extern int outbox_delivery;
+extern char *outbox_progress_topic;
 extern int outbox_max_attempts;
 extern int outbox_backoff_min;
 extern int outbox_backoff_max;

@@ -6,6 +6,9 @@
  *
  *	 worker.c		the loop: the only place that waits, applies a reload,
  *					starts or stops the producer and publishes status
+ *	 exactly_once.c	with outbox.delivery = exactly_once: each round's
+ *					batches in one Kafka transaction, with the progress
+ *					they make; the progress Kafka holds read at start
  *	 first_sends.c	committed events in windows, in order; progress recorded
  *	 retries.c		events one by one: due retries and handed-over ones
  *	 housekeeping.c	pause flag, retention, the backlog alert
@@ -14,6 +17,7 @@
  *	 event_state.c	rows of outbox.event_state: failures, backoff, death
  *	 step.c			the transaction bracket around every step
  *	 kafka.c		librdkafka, and nothing above it
+ *	 kafka_txn.c	librdkafka's transactions and the progress topic
  *
  * src/relay.h
  */
@@ -172,6 +176,8 @@ extern void relay_record_outcome(const RelayBatch *batch, int i);
 extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
 extern void relay_pending_keys(HTAB *keys);
 extern void relay_reset_sending(void);
+extern void relay_mark_sent(const int64 *ids, int n);
+extern bool relay_refused_before(int64 id);
 
 /* flight.c */
 extern void relay_flight_init(void);
@@ -215,16 +221,32 @@ extern bool relay_first_sends_settle(TimestampTz now, bool *unreachable);
 extern TimestampTz relay_first_sends_record_at(void);
 extern void relay_first_sends_abandon(void);
 extern void relay_first_sends_restart(void);
+extern char *relay_first_sends_recorded(void);
+extern char *relay_first_sends_place(void);
+extern bool relay_first_sends_move(const char *text);
+extern char *relay_pos_text(const RelayPos *pos);
 
 /* retries.c */
 extern RelayRead relay_retries_read(void);
 extern bool relay_retries_settle(TimestampTz now, bool *unreachable);
 extern bool relay_handed_settle(void);
 extern void relay_retries_abandon(void);
+extern bool relay_retries_alone(void);
 
 /* worker.c */
 typedef void (*RelayStep)(void *arg);
 extern bool relay_guarded(RelayStep step, void *arg, const char *what);
+
+/* exactly_once.c */
+extern void relay_eos_restart(bool transactional);
+extern bool relay_eos_tend(TimestampTz now, bool *unreachable);
+extern bool relay_eos_may_read(void);
+extern void relay_eos_reads_done(void);
+extern void relay_eos_abandon(void);
+extern bool relay_eos_may_settle(void);
+extern const char *relay_eos_halted(void);
+extern bool relay_eos_waiting(void);
+extern char *relay_eos_transactional_id(void);
 
 /* housekeeping.c */
 extern bool relay_paused(void);

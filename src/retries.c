@@ -39,6 +39,9 @@ static SPIPlanPtr waiting_plan = NULL;
 
 static RelayBatch *reading = NULL; /* a batch being read and sent */
 
+/* The latest batch sends one event the broker refused before, alone. */
+static bool alone = false;
+
 /*
  * Events released to travel together: those that waited behind an event
  * of their key just delivered, up to the first not due (note_released).
@@ -87,6 +90,17 @@ relay_retries_read(void)
 		return READ_NOTHING;
 	}
 	return READ_SOME;
+}
+
+/*
+ * relay_retries_alone: whether the latest batch of retries sends an event
+ * the broker refused before, alone (see event_state.c): no first sends
+ * should travel with it.
+ */
+bool
+relay_retries_alone(void)
+{
+	return alone;
 }
 
 /*
@@ -184,12 +198,14 @@ read_due(RelayBatch *batch, bool *any_due)
 		outbox_keep_plan(&waiting_plan, waiting_sql, 1, &type, false);
 	HTAB *blocked = relay_key_set(CurrentMemoryContext);
 
+	alone = false;
 	if (SPI_execute_plan(plan, &limit, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "outbox relay: retry query failed");
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		BatchRow row;
 		bool due;
+		bool refused;
 		int i;
 
 		relay_batch_row(&row, SPI_tuptable->vals[r], SPI_tuptable->tupdesc);
@@ -197,14 +213,19 @@ read_due(RelayBatch *batch, bool *any_due)
 		i = relay_batch_add(batch, &row);
 
 		batch->due[i] = due;
+		refused = relay_refused_before(batch->msgs[i].event_id);
 		if (!due || relay_key_has(blocked, batch->key_hash[i]) ||
 			relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)) ||
-			relay_flight_room(&batch->settings, batch) == 0)
+			relay_flight_room(&batch->settings, batch) == 0 || alone ||
+			(refused && *any_due))
 			batch->fate[i] = FATE_HELD;
 		else if (!relay_batch_send(batch, i, &row))
 			batch->fate[i] = FATE_HELD;
 		else
+		{
 			*any_due = true;
+			alone = refused;
+		}
 		if (batch->fate[i] == FATE_HELD ||
 			(batch->attempts[i] > 0 && !is_released(batch->msgs[i].event_id)) ||
 			(batch->msgs[i].done && batch->msgs[i].error != 0))

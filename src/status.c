@@ -31,6 +31,8 @@ static const char *const state_names[] = {
 	[RELAY_STATE_BACKING_OFF] = "backing off",
 	[RELAY_STATE_PAUSED] = "paused",
 	[RELAY_STATE_WAITING_FOR_LOCK] = "waiting for lock",
+	[RELAY_STATE_NO_TRANSACTIONS] = "waiting for Kafka transactions",
+	[RELAY_STATE_FENCED] = "fenced",
 };
 
 static int64 unix_second(TimestampTz t);

@@ -87,6 +87,8 @@ typedef struct Round
 
 static char *used_brokers = NULL; /* settings the producer was made with */
 static char *used_properties = NULL;
+static int used_delivery = -1;
+static char *used_progress_topic = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
 static bool started = false; /* 'sending' rows of the last relay reset */
@@ -111,6 +113,7 @@ static void apply_reload(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
 static void tend_producer(TimestampTz now);
+static void halt_producer(const char *why);
 static void stop_producer_now(void);
 static void round_step(void *arg);
 static void settle(Round *round, TimestampTz now);
@@ -178,6 +181,7 @@ outbox_relay_main(Datum main_arg)
 		{
 			relay_first_sends_abandon();
 			relay_retries_abandon();
+			relay_eos_abandon();
 			read_wanted = true; /* what was given up is read again */
 		}
 		outbox_kafka_serve();
@@ -283,7 +287,9 @@ producer_outdated(void)
 	if (!outbox_kafka_running())
 		return false;
 	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
-		   strcmp(used_properties, outbox_kafka_properties) != 0;
+		   strcmp(used_properties, outbox_kafka_properties) != 0 ||
+		   used_delivery != outbox_delivery ||
+		   strcmp(used_progress_topic, outbox_progress_topic) != 0;
 }
 
 /*
@@ -383,6 +389,8 @@ lock_got(const char *what)
 static bool
 ensure_producer(void)
 {
+	char *transactional_id;
+
 	if (outbox_kafka_running() && !outbox_kafka_fatal())
 		return true;
 	outbox_kafka_stop();
@@ -393,8 +401,12 @@ ensure_producer(void)
 			LOG,
 			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
 			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
+	transactional_id = outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE
+						   ? relay_eos_transactional_id()
+						   : NULL;
 	if (outbox_kafka_brokers[0] == '\0' ||
-		!outbox_kafka_start(outbox_kafka_brokers, outbox_kafka_properties))
+		!outbox_kafka_start(outbox_kafka_brokers, outbox_kafka_properties,
+							transactional_id))
 	{
 		/* Said once in the log; tried again after the next reload. */
 		wait_for_reload = true;
@@ -411,6 +423,12 @@ ensure_producer(void)
 	used_brokers = MemoryContextStrdup(TopMemoryContext, outbox_kafka_brokers);
 	used_properties =
 		MemoryContextStrdup(TopMemoryContext, outbox_kafka_properties);
+	if (used_progress_topic)
+		pfree(used_progress_topic);
+	used_progress_topic =
+		MemoryContextStrdup(TopMemoryContext, outbox_progress_topic);
+	used_delivery = outbox_delivery;
+	relay_eos_restart(transactional_id != NULL);
 	return true;
 }
 
@@ -423,6 +441,11 @@ ensure_producer(void)
 static void
 tend_producer(TimestampTz now)
 {
+	if (outbox_kafka_running() && outbox_kafka_fenced())
+		halt_producer(
+			"this relay's producer was fenced: another relay took over its transactional.id");
+	else if (outbox_kafka_running() && relay_eos_halted() != NULL)
+		halt_producer(relay_eos_halted());
 	if (outbox_kafka_running() && outbox_kafka_fatal())
 	{
 		/* Made again after a backoff, as for an unreachable broker. */
@@ -443,6 +466,31 @@ tend_producer(TimestampTz now)
 	}
 	if (!outbox_kafka_running() && now >= remake_at)
 		(void) ensure_producer();
+}
+
+/*
+ * halt_producer: stop a producer that cannot go on (exactly_once: fenced,
+ * or the cluster cannot do transactions) and send nothing until a reload:
+ * making another would fence, in turn, the relay that fenced this one.
+ */
+static void
+halt_producer(const char *why)
+{
+	bool fenced = outbox_kafka_fenced();
+
+	ereport(
+		LOG,
+		(errmsg("outbox relay: %s; the relay sends nothing until a reload", why),
+		 fenced ? errdetail(
+					  "A relay with the same transactional.id (%s) started elsewhere: the relay of a promoted standby, or a copy of this cluster.",
+					  relay_eos_transactional_id())
+				: 0,
+		 errhint(
+			 "Set outbox.delivery = at_least_once, or fix the cause, and reload.")));
+	stop_producer_now();
+	wait_for_reload = true;
+	outbox_status_error(why);
+	set_state(fenced ? RELAY_STATE_FENCED : RELAY_STATE_NO_TRANSACTIONS);
 }
 
 /*
@@ -489,20 +537,31 @@ round_step(void *arg)
 		started = false;
 		return;
 	}
+	if (outbox_kafka_running())
+	{
+		bool unreachable = false;
+
+		round->worked |= relay_eos_tend(now, &unreachable);
+		round->unreachable |= unreachable;
+	}
 	settle(round, now);
 	if (outbox_kafka_running() && drain_since == 0)
 		read_more(round, now);
 }
 
 /*
- * settle: record what Kafka answered for, oldest first.
+ * settle: record what Kafka answered for, oldest first; in exactly_once,
+ * once the transaction is committed.
  */
 static void
 settle(Round *round, TimestampTz now)
 {
 	bool unreachable = false;
 
+	/* Handed over in at_least_once: answered for alone, in either mode. */
 	round->worked |= relay_handed_settle();
+	if (!relay_eos_may_settle())
+		return;
 	if (relay_retries_settle(now, &unreachable))
 	{
 		round->worked = true;
@@ -514,7 +573,7 @@ settle(Round *round, TimestampTz now)
 		retries_at = 0;     /* held or failed events may wait for a retry */
 		read_wanted = true; /* a batch cut short is read again */
 	}
-	round->unreachable = unreachable;
+	round->unreachable |= unreachable;
 }
 
 /*
@@ -534,6 +593,9 @@ read_more(Round *round, TimestampTz now)
 		round->paused = paused = relay_paused();
 		return;
 	}
+	/* exactly_once: the reads of a round share one Kafka transaction. */
+	if (!relay_eos_may_read())
+		return;
 	/* Each read asks whether the relay is paused in its own transaction. */
 	if (now >= retries_at)
 	{
@@ -543,7 +605,9 @@ read_more(Round *round, TimestampTz now)
 			now, Min(outbox_backoff_min, outbox_poll_interval));
 		paused = read_paused(read, paused);
 	}
-	if (read != READ_PAUSED && read_gap_end(now) == 0 &&
+	/* A refused event retried alone: first sends wait a round for it. */
+	if (read != READ_PAUSED && !(read == READ_SOME && relay_retries_alone()) &&
+		read_gap_end(now) == 0 &&
 		(read_wanted ||
 		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
 	{
@@ -557,6 +621,7 @@ read_more(Round *round, TimestampTz now)
 		round->worked |= read == READ_SOME || read == READ_ALL;
 		round->full = read == READ_FULL;
 	}
+	relay_eos_reads_done();
 	round->paused = paused;
 }
 
@@ -641,6 +706,8 @@ after_round(const Round *round, TimestampTz now)
 		set_state(RELAY_STATE_UNREACHABLE);
 	else if (!outbox_kafka_running())
 		return; /* "not configured", said by ensure_producer */
+	else if (relay_eos_waiting())
+		set_state(RELAY_STATE_NO_TRANSACTIONS);
 	else if (now < reads_at || strcmp(outbox_kafka_broker_state(), "down") == 0)
 		set_state(RELAY_STATE_UNREACHABLE);
 	else if (!relay_flight_idle() || round->worked)

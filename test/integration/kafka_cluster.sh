@@ -12,13 +12,8 @@ t_cluster_leaders_killed() {
     set_setting outbox.kafka_brokers "$KCLUSTER_BROKERS"
     sql "SELECT outbox.enqueue('T', 'cluster-first', '{}', topic => '$topic', msg_key => 'first')" >/dev/null
     wait_until 90 "$(all_sent $topic 1)" || { fail "nothing reached the cluster"; cluster_case_end; return; }
-    for s in 1 2 3 4; do
-        sql "DO \$\$ BEGIN FOR i IN 1..400 LOOP
-               PERFORM outbox.enqueue('T', 'cluster-$s-' || i, jsonb_build_object('seq', i),
-                                      topic => '$topic', msg_key => 'k$s-' || i % 8);
-               COMMIT; PERFORM pg_sleep(0.025); END LOOP; END \$\$" &
-        pids+=($!)
-    done
+    cluster_writers $topic cluster 400
+    pids=("${WRITERS[@]}")
     sleep 1
     leader=$(kcluster_leader $topic 0)
     [ -n "$leader" ] || fail "no leader found for partition 0"
@@ -45,6 +40,20 @@ t_cluster_leaders_killed() {
         SELECT count(*) FROM (SELECT seq - lag(seq) OVER (PARTITION BY key ORDER BY off) AS step FROM f) s
          WHERE step <= 0")" 0
     cluster_case_end
+}
+
+# cluster_writers TOPIC PREFIX N: four sessions in the background, each
+# committing N events of TOPIC, one per transaction every 25 ms, over 8 keys
+# of its own (business keys PREFIX-S-I); WRITERS holds their pids.
+cluster_writers() {
+    WRITERS=()
+    for s in 1 2 3 4; do
+        sql "DO \$\$ BEGIN FOR i IN 1..$3 LOOP
+               PERFORM outbox.enqueue('T', '$2-$s-' || i, jsonb_build_object('seq', i),
+                                      topic => '$1', msg_key => 'k$s-' || i % 8);
+               COMMIT; PERFORM pg_sleep(0.025); END LOOP; END \$\$" &
+        WRITERS+=($!)
+    done
 }
 
 # cluster_case_end: the relay back on the suite's broker, the cluster gone.

@@ -1,7 +1,8 @@
 /*
  * consume.c
  *		outbox-consume: a Kafka consumer for the tests, the demo and the
- *		benchmarks.  It reads topics from the beginning and prints one line
+ *		benchmarks.  It reads topics from the beginning, committed messages
+ *		only (isolation.level=read_committed), and prints one line
  *		per message:
  *
  *		topic <TAB> partition <TAB> offset <TAB> key <TAB> headers <TAB> value <TAB> received_us <TAB> created_ms
@@ -10,12 +11,13 @@
  *		clock (microseconds since the epoch) when the message arrived here;
  *		created_ms the message's timestamp, set by the producer at send.
  *
- * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT]
+ * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT] [-U]
  *                       [-T TIMEOUT_MS] [-i IDLE_MS]
  *		Stops after COUNT messages, after TIMEOUT_MS in all, once no
  *		message came for IDLE_MS after the first, or at SIGTERM, having
  *		written what it received; exit status 0 if COUNT (when given) was
- *		reached, else 1.
+ *		reached, else 1.  -U reads uncommitted messages too (those of
+ *		aborted Kafka transactions).
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -176,10 +178,11 @@ main(int argc, char **argv)
 	long		count = -1;
 	long		timeout_ms = 60000;
 	long		idle_ms = -1;
+	const char *isolation = "read_committed";
 	char		err[512];
 	int			opt;
 
-	while ((opt = getopt(argc, argv, "b:t:n:T:i:")) != -1)
+	while ((opt = getopt(argc, argv, "b:t:n:T:i:U")) != -1)
 	{
 		switch (opt)
 		{
@@ -188,8 +191,9 @@ main(int argc, char **argv)
 			case 'n': count = atol(optarg); break;
 			case 'T': timeout_ms = atol(optarg); break;
 			case 'i': idle_ms = atol(optarg); break;
+			case 'U': isolation = "read_uncommitted"; break;
 			default:
-				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS]\n");
+				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS] [-U]\n");
 				return 2;
 		}
 	}
@@ -204,6 +208,7 @@ main(int argc, char **argv)
 	if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err)) ||
 		rd_kafka_conf_set(conf, "group.id", "outbox-consume", err, sizeof(err)) ||
 		rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err)) ||
+		rd_kafka_conf_set(conf, "isolation.level", isolation, err, sizeof(err)) ||
 		rd_kafka_conf_set(conf, "allow.auto.create.topics", "true", err, sizeof(err)) ||
 		rd_kafka_conf_set(conf, "fetch.wait.max.ms", "10", err, sizeof(err)) ||
 		rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err)))

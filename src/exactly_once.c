@@ -1,0 +1,766 @@
+/*
+ * exactly_once.c
+ *		outbox.delivery = exactly_once: what one round reads is sent in one
+ *		Kafka transaction, with a record of the progress it makes.
+ *
+ * A round begins a transaction before it reads (retries, then first
+ * sends), and nothing more is read until that transaction is over.  Once
+ * Kafka has answered for every event of it, the relay adds a record to
+ * the progress topic (kafka_txn.c), keyed by its transactional.id: the
+ * place outbox.relay_cursor holds ("from"), the place the round's first
+ * sends reach ("to"), the retries it delivered ("sent") and the events it
+ * held back behind an earlier one of their key ("held"), as one line:
+ *
+ *	 outbox progress 1; database OID; from PLACE; to PLACE; sent ID ...; held ID ...
+ *
+ * (PLACE as relay_pos_text writes it).  Then the relay commits;
+ * only after the commit is the progress recorded in PostgreSQL, as in
+ * at_least_once, and only after that does the next transaction begin.  So
+ * at most the latest committed transaction is not recorded, and its record
+ * says how to record it:
+ *
+ * At every start of a producer, before anything is read, the relay calls
+ * init_transactions (which fences any older producer of its id and aborts
+ * what that one left open), reads its latest record (read_committed), and
+ * if outbox.relay_cursor is still at "from", moves it to "to" and records
+ * "sent" and "held".  A cursor at "to" is in step.  A cursor anywhere else
+ * (a restored database, a standby that lost commits in a failover, a
+ * progress topic emptied by hand) is kept, and said: what follows it may
+ * go again, never a loss.
+ *
+ * An event the broker refuses, or that stays unanswered while later ones
+ * are acknowledged (a stuck partition, see flight.c), aborts the
+ * transaction: read_committed consumers see nothing of it.  The event is
+ * recorded as failed (backoff, then dead as in at_least_once) and the rest
+ * is read again, the later events of its key held behind it.  A failure
+ * for the broker's sake aborts too, and the relay backs off.
+ *
+ * A producer fenced by another with the same transactional.id (the relay
+ * of a promoted standby) stops, and the relay sends nothing more until a
+ * reload: starting again would fence the newer relay in turn.
+ *
+ * src/exactly_once.c
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/memutils.h"
+
+#include "outbox.h"
+#include "relay.h"
+
+/* Longest one call to Kafka's coordinator makes the loop wait. */
+#define TXN_STEP_MS 200
+
+/* Longest a read of the progress topic makes the loop wait. */
+#define PROGRESS_READ_MS 5000
+
+/* How long transactions may not start before the relay says why. */
+#define PATIENCE_MS 15000
+
+/* Batches one round sends, at most: retries and first sends. */
+#define MAX_BATCHES 8
+
+/* The progress record's first line: its format. */
+#define PROGRESS_FORMAT "outbox progress 1"
+
+typedef enum EosState
+{
+	EOS_INIT,      /* a new producer: fence, read progress, catch up */
+	EOS_IDLE,      /* nothing in flight: a round may begin a transaction */
+	EOS_READING,   /* the round that began it reads */
+	EOS_OPEN,      /* sent: waiting for Kafka's answers, then commit */
+	EOS_ABORTING,  /* aborting; what failed is recorded */
+	EOS_COMMITTED, /* committed: the round's batches may be recorded */
+	EOS_HALTED     /* cannot go on until a reload (relay_eos_halted) */
+} EosState;
+
+/* A progress record, taken apart. */
+typedef struct Progress
+{
+	char *from;
+	char *to;
+	int64 *sent;
+	int nsent;
+	int64 *held;
+	int nheld;
+} Progress;
+
+static bool active = false;
+static EosState state = EOS_IDLE;
+static MemoryContext eos_memory = NULL; /* reset at every transaction */
+static char *progress_found = NULL;     /* read at start, not yet applied */
+static bool progress_read = false;
+static TimestampTz init_since = 0;
+static bool said_waiting = false;
+static bool abort_unreachable = false; /* the abort was for the broker's sake */
+static bool progress_queued = false;
+static OutboxMessage progress_msg;
+static char halted_reason[OUTBOX_ERROR_LEN];
+
+static bool prepare(TimestampTz now);
+static bool catch_up(void);
+static bool parse_progress(char *text, Progress *out);
+static int64 *parse_ids(char *text, int *n);
+static bool finish(TimestampTz now);
+static int in_flight(RelayBatch **out);
+static void judge_flight(TimestampTz now, bool *answered, bool *failed,
+						 bool *stuck);
+static void record_failures(TimestampTz now);
+static void tally_failures(void);
+static bool commit(void);
+static bool abort_txn(bool *unreachable);
+static bool queue_progress(void);
+static char *progress_text(void);
+static void add_ids(StringInfo buf, const char *label, RelayBatch *batch,
+					bool held);
+static void halt(const char *what, const char *why);
+static void wait_said(TimestampTz now, const char *why);
+
+/*
+ * relay_eos_transactional_id: the transactional.id of this database's
+ * relay in exactly_once: "outbox-", the cluster's
+ * system identifier and the database's OID.  A promoted standby has both,
+ * so its relay fences the old primary's; a restored copy of the database
+ * elsewhere has neither, and does not.
+ */
+char *
+relay_eos_transactional_id(void)
+{
+	return psprintf("outbox-" UINT64_FORMAT "-%u", GetSystemIdentifier(),
+					MyDatabaseId);
+}
+
+/*
+ * relay_eos_restart: a producer was made, transactional or not; what the
+ * last one did is forgotten.
+ */
+void
+relay_eos_restart(bool transactional)
+{
+	active = transactional;
+	state = transactional ? EOS_INIT : EOS_IDLE;
+	progress_read = false;
+	progress_queued = false;
+	init_since = 0;
+	said_waiting = false;
+	halted_reason[0] = '\0';
+	if (eos_memory == NULL)
+		eos_memory = AllocSetContextCreate(TopMemoryContext,
+										   "outbox relay exactly once",
+										   ALLOCSET_SMALL_SIZES);
+}
+
+/*
+ * relay_eos_halted: why the relay cannot go on until a reload, or NULL.
+ */
+const char *
+relay_eos_halted(void)
+{
+	return state == EOS_HALTED ? halted_reason : NULL;
+}
+
+/*
+ * relay_eos_waiting: whether a new producer's start waits for Kafka's
+ * transactions longer than it should (said in the log).
+ */
+bool
+relay_eos_waiting(void)
+{
+	return active && state == EOS_INIT && said_waiting;
+}
+
+/*
+ * relay_eos_tend: the transaction's next step, if it has one: a new
+ * producer's start, the commit or abort of what the round sent.  True if
+ * it did something.
+ */
+bool
+relay_eos_tend(TimestampTz now, bool *unreachable)
+{
+	if (!active)
+		return false;
+	switch (state)
+	{
+		case EOS_INIT:
+			return prepare(now);
+		case EOS_OPEN:
+			return finish(now);
+		case EOS_ABORTING:
+			return abort_txn(unreachable);
+		case EOS_COMMITTED:
+			if (relay_flight_empty())
+				state = EOS_IDLE;
+			return false;
+		default:
+			return false;
+	}
+}
+
+/*
+ * relay_eos_may_read: whether a read may send now: always in
+ * at_least_once; in exactly_once once nothing is in flight, beginning a
+ * transaction, and again within the round that began it.
+ */
+bool
+relay_eos_may_read(void)
+{
+	char why[256];
+	KafkaTxnResult result;
+
+	if (!active || state == EOS_READING)
+		return true;
+	if (state != EOS_IDLE || !relay_flight_empty())
+		return false;
+	result = outbox_kafka_txn_begin(why, sizeof(why));
+	if (result == KAFKA_TXN_DONE)
+	{
+		state = EOS_READING;
+		MemoryContextReset(eos_memory);
+		return true;
+	}
+	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
+		halt("could not begin a Kafka transaction", why);
+	return false;
+}
+
+/*
+ * relay_eos_reads_done: the round's reads are over: a transaction that
+ * sent nothing ends here (librdkafka commits it without a round trip).
+ */
+void
+relay_eos_reads_done(void)
+{
+	char why[256];
+
+	if (!active || state != EOS_READING)
+		return;
+	if (!relay_flight_empty())
+	{
+		state = EOS_OPEN;
+		return;
+	}
+	state = EOS_OPEN; /* committed, or aborted, by relay_eos_tend */
+	if (outbox_kafka_txn_commit(TXN_STEP_MS, why, sizeof(why)) == KAFKA_TXN_DONE)
+		state = EOS_IDLE;
+}
+
+/*
+ * relay_eos_abandon: a round was given up half way (an error in a step):
+ * what its transaction holds may be only part of what it read, and is
+ * aborted, never committed.
+ */
+void
+relay_eos_abandon(void)
+{
+	if (active && (state == EOS_READING || state == EOS_OPEN))
+	{
+		abort_unreachable = false;
+		state = EOS_ABORTING;
+	}
+}
+
+/*
+ * relay_eos_may_settle: whether the batches in flight may be recorded:
+ * in exactly_once only once their transaction is committed.
+ */
+bool
+relay_eos_may_settle(void)
+{
+	return !active || state == EOS_COMMITTED;
+}
+
+/*
+ * prepare: a new producer's start: fence the older ones, read the latest
+ * progress, bring outbox.relay_cursor up to it.  Each part waits a bounded
+ * time and is tried again next round if it did not finish.
+ */
+static bool
+prepare(TimestampTz now)
+{
+	char why[512];
+	KafkaTxnResult result;
+
+	if (init_since == 0)
+		init_since = now;
+	pgstat_report_activity(
+		STATE_RUNNING, "initializing Kafka transactions (init_transactions)");
+	result = outbox_kafka_txn_init(TXN_STEP_MS, why, sizeof(why));
+	if (result == KAFKA_TXN_DONE && !progress_read)
+	{
+		char *id = relay_eos_transactional_id();
+
+		pgstat_report_activity(STATE_RUNNING, "reading the progress topic");
+		if (progress_found != NULL)
+			pfree(progress_found);
+		progress_found = NULL;
+		result = outbox_kafka_progress_read(
+			outbox_kafka_brokers, outbox_kafka_properties, outbox_progress_topic,
+			id, PROGRESS_READ_MS, &progress_found, why, sizeof(why));
+		if (progress_found != NULL)
+			progress_found =
+				MemoryContextStrdup(TopMemoryContext, progress_found);
+		progress_read = result == KAFKA_TXN_DONE;
+	}
+	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
+	{
+		halt("cannot use Kafka transactions", why);
+		return false;
+	}
+	if (result != KAFKA_TXN_DONE)
+	{
+		wait_said(now, why);
+		return false;
+	}
+	if (!catch_up())
+		return false;
+	if (said_waiting)
+		ereport(LOG, (errmsg("outbox relay: Kafka transactions are ready")));
+	state = EOS_IDLE;
+	init_since = 0;
+	said_waiting = false;
+	return true;
+}
+
+/*
+ * catch_up: record what the latest committed transaction did, if
+ * outbox.relay_cursor does not have it yet (see the top of this file).
+ */
+static bool
+catch_up(void)
+{
+	Progress p = {0};
+	char *text = progress_found ? pstrdup(progress_found) : NULL;
+	char *place;
+
+	if (!relay_begin("catching up with the progress Kafka committed"))
+		return false;
+	place = relay_first_sends_place();
+	if (text != NULL && !parse_progress(text, &p))
+		ereport(
+			WARNING,
+			(errmsg("outbox relay: the latest record of progress topic \"%s\" cannot be read; outbox.relay_cursor is kept",
+					outbox_progress_topic),
+			 errdetail(
+				 "Events relayed since the cursor was last recorded may be sent again.")));
+	if (p.from != NULL && strcmp(place, p.to) != 0)
+	{
+		if (strcmp(place, p.from) == 0 && relay_first_sends_move(p.to))
+		{
+			for (int i = 0; i < p.nheld; i++)
+				relay_set_state(p.held[i], "new", 0, 0, NULL);
+			ereport(
+				LOG,
+				(errmsg(
+					"outbox relay: the latest Kafka transaction was committed but not recorded; outbox.relay_cursor moved to its end")));
+		}
+		else
+			ereport(
+				WARNING,
+				(errmsg("outbox relay: outbox.relay_cursor is not where the latest committed Kafka transaction began or ended; it is kept"),
+				 errdetail("Cursor: %s; the transaction: from %s to %s.",
+						   place, p.from, p.to),
+				 errhint(
+					 "After a restore or a failover that lost commits, events after the cursor may be sent again.")));
+	}
+	if (p.nsent > 0)
+		relay_mark_sent(p.sent, p.nsent);
+	relay_commit();
+	relay_first_sends_restart();
+	if (progress_found != NULL)
+		pfree(progress_found);
+	progress_found = NULL;
+	return true;
+}
+
+/*
+ * parse_progress: a progress record taken apart (text is cut up); false
+ * if it is not one.
+ */
+static bool
+parse_progress(char *text, Progress *out)
+{
+	char *line;
+	char *rest = text;
+	bool first = true;
+
+	while ((line = strsep(&rest, ";")) != NULL)
+	{
+		char *value;
+
+		line += strspn(line, " ");
+		value = strchr(line, ' ');
+
+		if (first && strcmp(line, PROGRESS_FORMAT) != 0)
+			return false;
+		if (first || value == NULL)
+		{
+			first = false;
+			continue;
+		}
+		*value++ = '\0';
+		if (strcmp(line, "from") == 0)
+			out->from = value;
+		else if (strcmp(line, "to") == 0)
+			out->to = value;
+		else if (strcmp(line, "sent") == 0)
+			out->sent = parse_ids(value, &out->nsent);
+		else if (strcmp(line, "held") == 0)
+			out->held = parse_ids(value, &out->nheld);
+	}
+	return !first && (out->from == NULL) == (out->to == NULL) &&
+		   out->nsent >= 0 && out->nheld >= 0;
+}
+
+/*
+ * parse_ids: event ids separated by spaces; *n is -1 if one is not a
+ * number.
+ */
+static int64 *
+parse_ids(char *text, int *n)
+{
+	int64 *ids = palloc(sizeof(int64) * (strlen(text) / 2 + 1));
+	char *word;
+
+	*n = 0;
+	while ((word = strsep(&text, " ")) != NULL)
+	{
+		char *end;
+
+		if (*word == '\0')
+			continue;
+		errno = 0;
+		ids[*n] = strtoi64(word, &end, 10);
+		if (errno != 0 || *end != '\0')
+		{
+			*n = -1;
+			return ids;
+		}
+		(*n)++;
+	}
+	return ids;
+}
+
+/*
+ * finish: once Kafka answered for everything the round sent, commit; as
+ * soon as an event failed or is stuck, abort.
+ */
+static bool
+finish(TimestampTz now)
+{
+	bool answered;
+	bool failed;
+	bool stuck;
+
+	judge_flight(now, &answered, &failed, &stuck);
+	if (failed || stuck)
+	{
+		if (!relay_begin("recording failed events in outbox.event_state"))
+			return false;
+		record_failures(now);
+		relay_commit();
+		tally_failures();
+		state = EOS_ABORTING;
+		return true;
+	}
+	if (!answered)
+		return false;
+	return commit();
+}
+
+/*
+ * in_flight: the batches the round sent (at most MAX_BATCHES: a round
+ * reads one batch of retries and one of first sends).
+ */
+static int
+in_flight(RelayBatch **out)
+{
+	int n = 0;
+
+	for (RelayBatch *b = relay_flight_head(); b != NULL && n < MAX_BATCHES - 1;
+		 b = relay_flight_next(b))
+		out[n++] = b;
+	if (relay_flight_retry() != NULL)
+		out[n++] = relay_flight_retry();
+	return n;
+}
+
+/*
+ * judge_flight: whether Kafka answered for every event in flight, whether
+ * one failed, and whether one is stuck (unanswered while a later one was
+ * acknowledged, for long: flight.c).  A failure for the broker's sake
+ * alone makes the abort one (abort_unreachable).
+ */
+static void
+judge_flight(TimestampTz now, bool *answered, bool *failed, bool *stuck)
+{
+	RelayBatch *batches[MAX_BATCHES];
+	int n = in_flight(batches);
+
+	*answered = true;
+	*failed = false;
+	*stuck = false;
+	abort_unreachable = true;
+	for (int k = 0; k < n; k++)
+	{
+		RelayBatch *b = batches[k];
+
+		if (!relay_batch_all_answered(b))
+		{
+			*answered = false;
+			*stuck |= relay_flight_may_hand_over(b, now);
+		}
+		for (int i = 0; i < b->count; i++)
+		{
+			OutboxMessage *msg = &b->msgs[i];
+
+			if (b->fate[i] != FATE_IN_BATCH || !msg->done || msg->error == 0)
+				continue;
+			*failed = true;
+			abort_unreachable &= msg->transient;
+		}
+	}
+	if (*stuck)
+		abort_unreachable = false;
+}
+
+/*
+ * record_failures: the events the broker refused, failed once more; those
+ * stuck, failed for the broker's sake (they come back after a backoff, and
+ * hold their key meanwhile).  Inside relay_begin.
+ */
+static void
+record_failures(TimestampTz now)
+{
+	RelayBatch *batches[MAX_BATCHES];
+	int n = in_flight(batches);
+
+	for (int k = 0; k < n; k++)
+	{
+		RelayBatch *b = batches[k];
+		bool stuck =
+			!relay_batch_all_answered(b) && relay_flight_may_hand_over(b, now);
+
+		for (int i = 0; i < b->count; i++)
+		{
+			OutboxMessage *msg = &b->msgs[i];
+
+			if (b->fate[i] != FATE_IN_BATCH)
+				continue;
+			if (msg->done && msg->error != 0 && !msg->transient)
+				relay_record_failure(b, i);
+			else if (stuck && !relay_batch_answered(b, i))
+			{
+				msg->error = OUTBOX_KAFKA_GAVE_UP;
+				msg->transient = true;
+				msg->timed_out = true;
+				msg->error_text =
+					"not acknowledged in time while later events were "
+					"(the Kafka transaction was aborted)";
+				relay_record_failure(b, i);
+			}
+		}
+	}
+}
+
+/*
+ * tally_failures: count, for relay_status(), the failures record_failures
+ * recorded.
+ */
+static void
+tally_failures(void)
+{
+	RelayBatch *batches[MAX_BATCHES];
+	int n = in_flight(batches);
+
+	for (int k = 0; k < n; k++)
+	{
+		for (int i = 0; i < batches[k]->count; i++)
+		{
+			OutboxMessage *msg = &batches[k]->msgs[i];
+
+			if (batches[k]->fate[i] == FATE_IN_BATCH && msg->error != 0 &&
+				(msg->done || msg->error == OUTBOX_KAFKA_GAVE_UP))
+				relay_tally(msg, batches[k]->attempts[i]);
+		}
+	}
+}
+
+/*
+ * commit: add the progress record to the transaction and commit it.
+ */
+static bool
+commit(void)
+{
+	char why[512];
+	KafkaTxnResult result;
+
+	if (!progress_queued && !queue_progress())
+		return false;
+	pgstat_report_activity(STATE_RUNNING, "committing a Kafka transaction");
+	result = outbox_kafka_txn_commit(TXN_STEP_MS, why, sizeof(why));
+	switch (result)
+	{
+		case KAFKA_TXN_DONE:
+			progress_queued = false;
+			state = EOS_COMMITTED;
+			break;
+		case KAFKA_TXN_AGAIN:
+			break;
+		case KAFKA_TXN_ABORT:
+			abort_unreachable = true;
+			state = EOS_ABORTING;
+			break;
+		default:
+			halt("could not commit a Kafka transaction", why);
+	}
+	return true;
+}
+
+/*
+ * abort_txn: abort the round's transaction; then what it sent is read
+ * again (what failed was recorded first).
+ */
+static bool
+abort_txn(bool *unreachable)
+{
+	char why[512];
+	KafkaTxnResult result;
+
+	pgstat_report_activity(STATE_RUNNING, "aborting a Kafka transaction");
+	result = outbox_kafka_txn_abort(TXN_STEP_MS, why, sizeof(why));
+	if (result == KAFKA_TXN_AGAIN)
+		return true;
+	if (result != KAFKA_TXN_DONE)
+	{
+		halt("could not abort a Kafka transaction", why);
+		return true;
+	}
+	relay_flight_drop_all(false);
+	relay_first_sends_restart();
+	progress_queued = false;
+	state = EOS_IDLE;
+	*unreachable |= abort_unreachable;
+	return true;
+}
+
+/*
+ * queue_progress: send the progress record in the open transaction; false
+ * if librdkafka's queue is full (tried again next round).
+ */
+static bool
+queue_progress(void)
+{
+	MemoryContext old = MemoryContextSwitchTo(eos_memory);
+
+	memset(&progress_msg, 0, sizeof(progress_msg));
+	progress_msg.topic = pstrdup(outbox_progress_topic);
+	progress_msg.key = relay_eos_transactional_id();
+	progress_msg.key_len = strlen(progress_msg.key);
+	progress_msg.value = progress_text();
+	progress_msg.value_len = strlen(progress_msg.value);
+	MemoryContextSwitchTo(old);
+	switch (outbox_kafka_send(&progress_msg))
+	{
+		case KAFKA_FULL:
+			return false;
+		case KAFKA_REFUSED:
+			/* The commit fails, and the transaction is aborted. */
+		case KAFKA_QUEUED:
+			break;
+	}
+	outbox_kafka_push();
+	progress_queued = true;
+	return true;
+}
+
+/*
+ * progress_text: the record of what the round's transaction does (see the
+ * top of this file).
+ */
+static char *
+progress_text(void)
+{
+	RelayBatch *batches[MAX_BATCHES];
+	int n = in_flight(batches);
+	RelayBatch *first_sends = NULL;
+	StringInfoData buf;
+	char *from = relay_first_sends_recorded();
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, PROGRESS_FORMAT "; database %u", MyDatabaseId);
+	for (int k = 0; k < n; k++)
+	{
+		if (!batches[k]->retry)
+			first_sends = batches[k];
+	}
+	if (first_sends != NULL && from != NULL)
+		appendStringInfo(&buf, "; from %s; to %s", from,
+						 relay_pos_text(&first_sends->after));
+	for (int k = 0; k < n; k++)
+		add_ids(&buf, batches[k]->retry ? "sent" : "held", batches[k],
+				!batches[k]->retry);
+	return buf.data;
+}
+
+/*
+ * add_ids: a line of the ids of batch's events sent in it (or held back
+ * from it), if it has any.
+ */
+static void
+add_ids(StringInfo buf, const char *label, RelayBatch *batch, bool held)
+{
+	bool any = false;
+
+	for (int i = 0; i < batch->count; i++)
+	{
+		bool wanted =
+			held ? batch->fate[i] == FATE_HELD
+				 : batch->fate[i] == FATE_IN_BATCH && batch->msgs[i].queued;
+
+		if (!wanted)
+			continue;
+		if (!any)
+			appendStringInfo(buf, "; %s", label);
+		appendStringInfo(buf, " " INT64_FORMAT, batch->msgs[i].event_id);
+		any = true;
+	}
+}
+
+/*
+ * halt: the relay cannot go on with this producer: say so once; the loop
+ * stops the producer and waits for a reload (relay_eos_halted).
+ */
+static void
+halt(const char *what, const char *why)
+{
+	snprintf(halted_reason, sizeof(halted_reason), "%s: %s", what, why);
+	state = EOS_HALTED;
+}
+
+/*
+ * wait_said: a new producer's start did not finish: after PATIENCE_MS,
+ * say once why, and what to do.
+ */
+static void
+wait_said(TimestampTz now, const char *why)
+{
+	char text[OUTBOX_ERROR_LEN];
+
+	if (said_waiting ||
+		!TimestampDifferenceExceeds(init_since, now, PATIENCE_MS))
+		return;
+	said_waiting = true;
+	snprintf(text, sizeof(text), "Kafka transactions cannot start: %s", why);
+	outbox_status_error(text);
+	ereport(
+		LOG,
+		(errmsg("outbox relay: outbox.delivery is exactly_once, but Kafka transactions could not start within %d s: %s",
+				PATIENCE_MS / 1000, why),
+		 errhint(
+			 "The cluster needs a transaction coordinator: transaction.state.log.replication.factor and transaction.state.log.min.isr must not exceed the brokers running; or set outbox.delivery = at_least_once.")));
+}

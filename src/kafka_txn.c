@@ -1,0 +1,378 @@
+/*
+ * kafka_txn.c
+ *		librdkafka's transactions, and the progress topic the relay keeps
+ *		its exactly-once progress in.
+ *
+ * Each call here may wait, and each waits at most the time its caller
+ * gives: a transactional step librdkafka did not finish in time is called
+ * again (KAFKA_TXN_AGAIN), and librdkafka resumes where it was.  Nothing
+ * here decides what to do about an outcome; exactly_once.c does.
+ *
+ * The progress topic is compacted, one partition, one record per relayed
+ * database (keyed by its transactional.id), so reading it from the start
+ * reads little.  It is read with isolation.level=read_committed up to the
+ * high watermark asked first: a record of ours committed before the read
+ * began is below it, and a transaction another relay still holds open
+ * makes the read wait (up to the time given) rather than stop short.
+ *
+ * src/kafka_txn.c
+ */
+#include "postgres.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include "utils/timestamp.h"
+
+#include "kafka.h"
+
+/* How long a record of the progress topic is kept before compaction. */
+#define PROGRESS_SEGMENT_MS "600000"
+
+static uint64 initialized = 0; /* the producer generation initialized */
+static uint64 open_in = 0;     /* the generation with a transaction open */
+
+static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
+							  size_t size);
+static KafkaTxnResult outcome(rd_kafka_error_t *error, char *why, size_t size);
+static KafkaTxnResult ensure_topic(const char *topic, int timeout_ms,
+								   char *why, size_t size);
+static KafkaTxnResult create_topic(const char *topic, int timeout_ms,
+								   char *why, size_t size);
+static KafkaTxnResult read_last(rd_kafka_t *consumer, const char *topic,
+								const char *key, TimestampTz deadline,
+								char **value, char *why, size_t size);
+static int remaining_ms(TimestampTz deadline);
+
+/*
+ * outbox_kafka_txn_init: init_transactions for the current producer: asks
+ * the coordinator for the transactional.id's epoch, which fences any other
+ * producer with that id and aborts what it left open.
+ */
+KafkaTxnResult
+outbox_kafka_txn_init(int timeout_ms, char *why, size_t size)
+{
+	rd_kafka_t *producer = outbox_kafka_producer();
+	KafkaTxnResult result;
+
+	if (producer == NULL)
+		return KAFKA_TXN_AGAIN;
+	if (initialized == outbox_kafka_generation())
+		return KAFKA_TXN_DONE;
+	result =
+		outcome(rd_kafka_init_transactions(producer, timeout_ms), why, size);
+	if (result == KAFKA_TXN_DONE)
+		initialized = outbox_kafka_generation();
+	return result;
+}
+
+/*
+ * outbox_kafka_txn_begin: open a transaction (no round trip: librdkafka
+ * registers partitions as messages are sent to them).
+ */
+KafkaTxnResult
+outbox_kafka_txn_begin(char *why, size_t size)
+{
+	KafkaTxnResult result;
+
+	if (initialized != outbox_kafka_generation())
+		return KAFKA_TXN_AGAIN;
+	result =
+		outcome(rd_kafka_begin_transaction(outbox_kafka_producer()), why, size);
+	if (result == KAFKA_TXN_DONE)
+		open_in = outbox_kafka_generation();
+	return result;
+}
+
+/*
+ * outbox_kafka_txn_open: whether the current producer has a transaction
+ * open.
+ */
+bool
+outbox_kafka_txn_open(void)
+{
+	return outbox_kafka_producer() != NULL &&
+		   open_in == outbox_kafka_generation();
+}
+
+/*
+ * outbox_kafka_txn_commit: commit the open transaction: flush what was
+ * sent in it, then end it at the coordinator.
+ */
+KafkaTxnResult
+outbox_kafka_txn_commit(int timeout_ms, char *why, size_t size)
+{
+	if (!outbox_kafka_txn_open())
+		return KAFKA_TXN_FAILED;
+	return end_txn(true, timeout_ms, why, size);
+}
+
+/*
+ * outbox_kafka_txn_abort: abort the open transaction: what was sent in it
+ * is purged (its delivery reports say so) and never seen by read_committed
+ * consumers.
+ */
+KafkaTxnResult
+outbox_kafka_txn_abort(int timeout_ms, char *why, size_t size)
+{
+	if (!outbox_kafka_txn_open())
+		return KAFKA_TXN_DONE;
+	return end_txn(false, timeout_ms, why, size);
+}
+
+/*
+ * end_txn: commit or abort the open transaction.
+ */
+static KafkaTxnResult
+end_txn(bool commit, int timeout_ms, char *why, size_t size)
+{
+	rd_kafka_t *producer = outbox_kafka_producer();
+	KafkaTxnResult result =
+		outcome(commit ? rd_kafka_commit_transaction(producer, timeout_ms)
+					   : rd_kafka_abort_transaction(producer, timeout_ms),
+				why, size);
+
+	if (result == KAFKA_TXN_DONE)
+		open_in = 0;
+	return result;
+}
+
+/*
+ * outbox_kafka_progress_read: the value of the latest committed record of
+ * key on the progress topic (*value NULL if none), creating the topic if
+ * it is missing.  Uses a consumer of its own, made and destroyed here.
+ */
+KafkaTxnResult
+outbox_kafka_progress_read(const char *brokers, const char *properties,
+						   const char *topic, const char *key, int timeout_ms,
+						   char **value, char *why, size_t size)
+{
+	TimestampTz deadline =
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	rd_kafka_conf_t *conf;
+	rd_kafka_t *consumer;
+	KafkaTxnResult result;
+
+	*value = NULL;
+	result = ensure_topic(topic, timeout_ms, why, size);
+	if (result != KAFKA_TXN_DONE)
+		return result;
+	conf = outbox_kafka_reader_conf(brokers, properties, why, size);
+	if (conf == NULL)
+		return KAFKA_TXN_FAILED;
+	if (rd_kafka_conf_set(conf, "isolation.level", "read_committed", why,
+						  size) != RD_KAFKA_CONF_OK ||
+		rd_kafka_conf_set(conf, "enable.auto.commit", "false", why, size) !=
+			RD_KAFKA_CONF_OK ||
+		rd_kafka_conf_set(conf, "client.id", "outbox-relay-progress", why,
+						  size) != RD_KAFKA_CONF_OK ||
+		rd_kafka_conf_set(conf, "group.id", "outbox-relay-progress", why,
+						  size) != RD_KAFKA_CONF_OK)
+	{
+		rd_kafka_conf_destroy(conf);
+		return KAFKA_TXN_FAILED;
+	}
+	/* assign() wants a group; it is never joined, nothing is committed. */
+	consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, size);
+	if (consumer == NULL)
+	{
+		rd_kafka_conf_destroy(conf);
+		return KAFKA_TXN_FAILED;
+	}
+	rd_kafka_set_log_queue(consumer, NULL);
+	rd_kafka_poll_set_consumer(consumer);
+	result = read_last(consumer, topic, key, deadline, value, why, size);
+	rd_kafka_consumer_close(consumer);
+	rd_kafka_destroy(consumer);
+	return result;
+}
+
+/*
+ * read_last: read partition 0 of topic from its start up to its high
+ * watermark, keeping the last value of key.
+ */
+static KafkaTxnResult
+read_last(rd_kafka_t *consumer, const char *topic, const char *key,
+		  TimestampTz deadline, char **value, char *why, size_t size)
+{
+	rd_kafka_topic_partition_list_t *parts;
+	rd_kafka_resp_err_t err;
+	int64_t low;
+	int64_t high;
+	size_t key_len = strlen(key);
+	KafkaTxnResult result = KAFKA_TXN_AGAIN;
+
+	err = rd_kafka_query_watermark_offsets(consumer, topic, 0, &low, &high,
+										   Max(1, remaining_ms(deadline)));
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		snprintf(why, size, "could not ask for the end of topic \"%s\": %s",
+				 topic, rd_kafka_err2str(err));
+		return KAFKA_TXN_AGAIN;
+	}
+	if (high <= low)
+		return KAFKA_TXN_DONE;
+	parts = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_topic_partition_list_add(parts, topic, 0)->offset =
+		RD_KAFKA_OFFSET_BEGINNING;
+	err = rd_kafka_assign(consumer, parts);
+	while (err == RD_KAFKA_RESP_ERR_NO_ERROR && remaining_ms(deadline) > 0)
+	{
+		rd_kafka_message_t *msg =
+			rd_kafka_consumer_poll(consumer, Min(100, remaining_ms(deadline)));
+
+		if (msg != NULL && msg->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			msg->key_len == key_len && memcmp(msg->key, key, key_len) == 0)
+		{
+			if (*value != NULL)
+				pfree(*value);
+			*value = pnstrdup((const char *) msg->payload, msg->len);
+		}
+		if (msg != NULL)
+			rd_kafka_message_destroy(msg);
+		err = rd_kafka_position(consumer, parts);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR && parts->elems[0].offset >= high)
+		{
+			result = KAFKA_TXN_DONE;
+			break;
+		}
+	}
+	if (result != KAFKA_TXN_DONE)
+		snprintf(why, size,
+				 "could not read topic \"%s\" up to offset %lld in time%s%s",
+				 topic, (long long) high, err ? ": " : "",
+				 err ? rd_kafka_err2str(err) : "");
+	rd_kafka_topic_partition_list_destroy(parts);
+	return result;
+}
+
+/*
+ * ensure_topic: the progress topic exists, or is created now.  Asked with
+ * a full metadata request: asking for the topic by name would let the
+ * broker create it with its defaults, not compacted.
+ */
+static KafkaTxnResult
+ensure_topic(const char *topic, int timeout_ms, char *why, size_t size)
+{
+	const struct rd_kafka_metadata *md;
+	rd_kafka_resp_err_t err;
+	bool found = false;
+
+	err = rd_kafka_metadata(outbox_kafka_producer(), 1, NULL, &md, timeout_ms);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		snprintf(why, size, "could not list the cluster's topics: %s",
+				 rd_kafka_err2str(err));
+		return KAFKA_TXN_AGAIN;
+	}
+	for (int t = 0; t < md->topic_cnt && !found; t++)
+		found = strcmp(md->topics[t].topic, topic) == 0 &&
+				md->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR;
+	rd_kafka_metadata_destroy(md);
+	return found ? KAFKA_TXN_DONE : create_topic(topic, timeout_ms, why, size);
+}
+
+/*
+ * create_topic: create the progress topic: one partition, compacted, the
+ * cluster's default replication.  A cluster that refuses says why, and
+ * what to do.
+ */
+static KafkaTxnResult
+create_topic(const char *topic, int timeout_ms, char *why, size_t size)
+{
+	rd_kafka_t *producer = outbox_kafka_producer();
+	rd_kafka_NewTopic_t *new_topic;
+	rd_kafka_queue_t *queue;
+	rd_kafka_event_t *event;
+	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+	const char *text = "no answer in time";
+
+	new_topic = rd_kafka_NewTopic_new(topic, 1, -1, why, size);
+	if (new_topic == NULL)
+		return KAFKA_TXN_FAILED;
+	(void) rd_kafka_NewTopic_set_config(new_topic, "cleanup.policy", "compact");
+	(void) rd_kafka_NewTopic_set_config(new_topic, "segment.ms",
+										PROGRESS_SEGMENT_MS);
+	queue = rd_kafka_queue_new(producer);
+	rd_kafka_CreateTopics(producer, &new_topic, 1, NULL, queue);
+	event = rd_kafka_queue_poll(queue, timeout_ms);
+	if (event != NULL)
+	{
+		const rd_kafka_CreateTopics_result_t *res =
+			rd_kafka_event_CreateTopics_result(event);
+		size_t n = 0;
+		const rd_kafka_topic_result_t **topics =
+			res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
+
+		err = rd_kafka_event_error(event);
+		text = rd_kafka_event_error_string(event);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR && n == 1)
+		{
+			err = rd_kafka_topic_result_error(topics[0]);
+			text = rd_kafka_topic_result_error_string(topics[0]);
+		}
+		snprintf(why, size,
+				 "could not create the progress topic \"%s\": %s; create it "
+				 "with one partition and cleanup.policy=compact, or let the "
+				 "relay's principal create topics",
+				 topic, text ? text : rd_kafka_err2str(err));
+		rd_kafka_event_destroy(event);
+	}
+	else
+		snprintf(why, size, "could not create the progress topic \"%s\": %s",
+				 topic, text);
+	rd_kafka_NewTopic_destroy(new_topic);
+	rd_kafka_queue_destroy(queue);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR ||
+		err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
+		return KAFKA_TXN_DONE;
+	if (err == RD_KAFKA_RESP_ERR__TIMED_OUT)
+		return KAFKA_TXN_AGAIN;
+	return KAFKA_TXN_FAILED;
+}
+
+/*
+ * outcome: what librdkafka's answer to a transactional call means here;
+ * why says it in words.  A fatal error of a producer another one fenced
+ * is said apart: waiting is the cure, not a new producer.
+ */
+static KafkaTxnResult
+outcome(rd_kafka_error_t *error, char *why, size_t size)
+{
+	KafkaTxnResult result;
+
+	if (error == NULL)
+		return KAFKA_TXN_DONE;
+	strlcpy(why, rd_kafka_error_string(error), size);
+	if (rd_kafka_error_is_fatal(error))
+	{
+		rd_kafka_resp_err_t cause =
+			rd_kafka_fatal_error(outbox_kafka_producer(), NULL, 0);
+
+		result = cause == RD_KAFKA_RESP_ERR__FENCED ||
+						 cause == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+						 cause == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH
+					 ? KAFKA_TXN_FENCED
+					 : KAFKA_TXN_FAILED;
+	}
+	else if (rd_kafka_error_txn_requires_abort(error))
+		result = KAFKA_TXN_ABORT;
+	else if (rd_kafka_error_is_retriable(error))
+		result = KAFKA_TXN_AGAIN;
+	else
+		result = KAFKA_TXN_FAILED;
+	rd_kafka_error_destroy(error);
+	return result;
+}
+
+/*
+ * remaining_ms: milliseconds left until deadline, 0 if past.
+ */
+static int
+remaining_ms(TimestampTz deadline)
+{
+	long secs;
+	int usecs;
+
+	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+	return (int) (secs * 1000 + usecs / 1000);
+}

@@ -1,0 +1,309 @@
+# test/integration/exactly_once.sh: outbox.delivery = exactly_once against
+# the real broker.  Every consumer here reads with
+# isolation.level=read_committed (outbox-consume does).
+
+# set_delivery MODE: outbox.delivery set and reloaded; in exactly_once,
+# waits until the relay's transactions are ready (it says so in its log,
+# or logs nothing and sends: either way its status leaves "starting").
+set_delivery() {
+    local mark
+    mark=$(log_mark)
+    set_setting outbox.delivery "$1"
+    wait_log "$mark" 20 "parameter \"outbox.delivery\" changed to \"$1\"" \
+        || fail "the reload of outbox.delivery = $1 was not logged"
+}
+
+# eos_ready: exactly_once, and a round trip through it: an event sent and
+# recorded, so that init_transactions and the progress topic are behind.
+eos_ready() {
+    local topic=it.eos.ready
+    set_delivery exactly_once
+    sql "SELECT outbox.enqueue('T', 'ready-' || clock_timestamp(), '{}', topic => '$topic')" >/dev/null
+    wait_until 60 "SELECT count(*) = 0 FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'" \
+        || fail "exactly_once: the relay did not send within 60 s: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"
+}
+
+# expect_exactly_once NAME TOPIC FILE: the consumer's read (FILE) of TOPIC
+# is every event of TOPIC once, and each key's events in id order.
+expect_exactly_once() {
+    local table=got_$1
+    load_consumed "$table" "$3"
+    expect_delivered "$1: events delivered" "$table" "SELECT id FROM outbox.event_log WHERE topic = '$2'"
+    expect "$1: duplicates" "$(duplicates "$table")" 0
+    expect "$1: events after a later one of their key" \
+        "$(sql "SELECT count(*) FROM (SELECT event_id < lag(event_id) OVER (PARTITION BY key ORDER BY part, off) AS back FROM $table) x WHERE back")" 0
+}
+
+# progress_of: the latest committed progress record of this database's
+# relay.
+progress_of() {
+    local id
+    id=$(sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
+              FROM pg_control_system()")
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
+        | awk -v id="$id" -F'\t' '$4 == id { v = $6 } END { print v }'
+}
+
+# 3,000 events over 30 keys, sent 250 at a time (12 transactions at
+# least): each reaches a read_committed consumer once, in key order; the
+# progress topic holds the relay's record, whose "to" is where
+# outbox.relay_cursor is.
+t_eos_delivery() {
+    local topic=it.eos.delivery out=$IT_TMP/eos_delivery.tsv n=3000 record cursor
+    eos_ready
+    set_batch_size 250
+    sql "SELECT count(outbox.enqueue('T', 'd-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 30))
+         FROM generate_series(1, $n) i" >/dev/null
+    wait_until 60 "$(all_sent $topic $n)" || fail "not all $n events sent"
+    consume $topic $n 30000 3000 >"$out"
+    expect_exactly_once delivery $topic "$out"
+    record=$(progress_of)
+    [[ $record == *"outbox progress 1"* ]] || fail "no progress record for this database: '$record'"
+    cursor=$(sql "SELECT done_snapshot || '/' || coalesce(window_snapshot::text, '-') || '/' || window_last_tx || '/' || window_last_id
+                  FROM outbox.relay_cursor")
+    [[ "$record;" == *"; to $cursor;"* ]] || fail "the latest record does not end where outbox.relay_cursor is ($cursor): $record"
+    expect "relay state" "$(sql "SELECT state FROM outbox.relay_status()")" idle
+    reset_batch_size
+    set_delivery at_least_once
+}
+
+# commit_unrecorded MODE TOPIC: 200 events sent and committed in Kafka
+# while an application holds the row of outbox.relay_cursor (so the relay
+# cannot record them), then the relay SIGKILLed (the server restarts).
+# The consumer's read after the restart is left in $IT_TMP/TOPIC.tsv.
+commit_unrecorded() {
+    local topic=$2 out=$IT_TMP/$2.tsv n=200 pid locker
+    "$PGBIN/psql" -X -q -d "$IT_DB" -c "BEGIN; SELECT 1 FROM outbox.relay_cursor FOR UPDATE; SELECT pg_sleep(120)" \
+        >/dev/null 2>&1 &
+    locker=$!
+    wait_until 10 "SELECT count(*) = 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                   WHERE c.relname = 'relay_cursor' AND l.mode = 'RowShareLock' AND l.granted" \
+        || fail "$1: the application did not take the cursor's row"
+    sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 7))
+         FROM generate_series(1, $n) i" >/dev/null
+    consume $topic $n 30000 >"$out" || fail "$1: the $n events did not reach Kafka while the cursor was held ($(wc -l <"$out"))"
+    expect "$1: events recorded sent while the cursor was held" \
+        "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    pid=$(relay_pid)
+    kill -KILL "$pid"
+    wait "$locker" 2>/dev/null
+    wait_until 60 "$(all_sent $topic $n)" || fail "$1: not all $n events recorded sent after the restart"
+    consume $topic $((2 * n)) 30000 3000 >"$out"
+}
+
+# The proof of exactly_once: a transaction Kafka committed but PostgreSQL
+# did not record (the relay killed in between) is not sent again: after
+# the restart the relay reads its progress from Kafka and moves
+# outbox.relay_cursor.  The same fault in at_least_once sends the 200
+# events twice, which shows the check can fail.
+t_eos_commit_unrecorded() {
+    local mark
+    eos_ready
+    mark=$(log_mark)
+    commit_unrecorded exactly_once it.eos.unrecorded
+    expect_exactly_once unrecorded it.eos.unrecorded "$IT_TMP/it.eos.unrecorded.tsv"
+    log_since "$mark" | grep -q "committed but not recorded; outbox.relay_cursor moved" \
+        || fail "the relay did not say it moved the cursor to Kafka's progress"
+    set_delivery at_least_once
+    commit_unrecorded at_least_once it.alo.unrecorded
+    load_consumed got_alo_unrecorded "$IT_TMP/it.alo.unrecorded.tsv"
+    expect "at_least_once: duplicates after the same fault" "$(duplicates got_alo_unrecorded)" 200
+}
+
+# refuse_one TOPIC N BIG: TOPIC made to refuse records over 2,000 bytes,
+# then N events enqueued over 4 keys, event BIG of them 5,000 bytes; waits
+# until BIG is dead and the others sent.  Kafka refuses the whole batch of
+# a partition that holds BIG, so its neighbours are refused with it.
+refuse_one() {
+    local topic=$1 n=$2 big=$3
+    sql "SELECT outbox.enqueue('T', '$topic-0', '{}', topic => '$topic', msg_key => 'other')" >/dev/null
+    wait_until 30 "$(all_sent $topic 1)" || fail "the topic's first event was not sent"
+    topic_max_message_bytes $topic 2000 || { fail "could not lower max.message.bytes of $topic: $(tail -3 "$IT_TMP/config.log")"; return; }
+    sql "SELECT count(outbox.enqueue('T', '$topic-' || i,
+                 jsonb_build_object('i', i, 'pad', CASE WHEN i = $big THEN repeat('x', 5000) ELSE '' END),
+                 topic => '$topic', msg_key => 'k' || i % 4))
+         FROM generate_series(1, $n) i" >/dev/null
+    wait_until 60 "SELECT status = 'dead' FROM outbox.events WHERE topic = '$topic' AND biz_key = '$topic-$big'" \
+        || fail "the refused event is not dead: $(sql "SELECT status || ' ' || attempts FROM outbox.events WHERE biz_key = '$topic-$big'")"
+    wait_until 60 "SELECT count(*) FILTER (WHERE status = 'sent') = $n FROM outbox.events WHERE topic = '$topic'" \
+        || fail "the other events were not all sent: $(sql "SELECT string_agg(status || ' ' || c, ', ') FROM (SELECT status, count(*) c FROM outbox.events WHERE topic = '$topic' GROUP BY 1) x")"
+}
+
+# at_least_once: the events Kafka refused only for sharing a batch with
+# one too large are retried apart from it and delivered; only the large
+# one dies (before, all 26 of its neighbours died with it).
+t_refused_batch_neighbours() {
+    refuse_one it.refused.neighbours 60 30
+    expect "dead events" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = 'it.refused.neighbours' AND status = 'dead'")" 1
+}
+
+# exactly_once: one event in the middle of a transaction refused: the
+# transaction is aborted, so a read_committed consumer sees each other
+# event once, although a read_uncommitted one saw the aborted copies; the
+# refused event is tried again, then dead (outbox.max_attempts = 3), and
+# the later events of its key reach Kafka only after it died.
+t_eos_refused_mid_batch() {
+    local topic=it.eos.refused out=$IT_TMP/eos_refused.tsv all=$IT_TMP/eos_refused_all.tsv n=60 big=30 dead_ms
+    eos_ready
+    refuse_one $topic $n $big
+    consume $topic $n 30000 3000 >"$out"
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t $topic -U -T 30000 -i 3000 >"$all" 2>/dev/null
+    load_consumed got_eos_refused "$out"
+    expect_delivered "refused mid-batch: events delivered" got_eos_refused \
+        "SELECT id FROM outbox.events WHERE topic = '$topic' AND status = 'sent'"
+    expect "refused mid-batch: duplicates" "$(duplicates got_eos_refused)" 0
+    [ "$(wc -l <"$all")" -gt "$(wc -l <"$out")" ] \
+        || fail "a read_uncommitted consumer saw no aborted copies ($(wc -l <"$all") messages): no transaction was aborted"
+    dead_ms=$(sql "SELECT (extract(epoch FROM updated_at) * 1000)::bigint FROM outbox.event_state s JOIN outbox.event_log l USING (id)
+                   WHERE l.biz_key = '$topic-$big'")
+    expect "later events of the refused one's key sent before it died" \
+        "$(sql "SELECT count(*) FROM got_eos_refused g JOIN outbox.event_log l ON l.id = g.event_id
+                WHERE g.key = 'k' || $big % 4 AND l.biz_key <> '$topic-0'
+                  AND substr(l.biz_key, length('$topic-') + 1)::int > $big AND g.created_ms < $dead_ms")" 0
+    set_delivery at_least_once
+}
+
+# A cluster whose transaction coordinator cannot exist (one broker, the
+# transaction log asked to have 3 replicas): exactly_once sends nothing,
+# says so in relay_status() and, after 15 s, in the log with the fix;
+# at_least_once then delivers through the same broker.
+t_eos_no_coordinator() {
+    local topic=it.eos.nocoord mark
+    kcluster_setup "$IT_TMP/knocoord" 1 || { fail "the broker could not be set up"; return; }
+    sed -i 's/^transaction.state.log.replication.factor=.*/transaction.state.log.replication.factor=3/' \
+        "$IT_TMP/knocoord/1/server.properties"
+    kcluster_start || { fail "the broker did not start"; kcluster_stop; return; }
+    set_setting outbox.kafka_brokers "$KCLUSTER_BROKERS"
+    mark=$(log_mark)
+    set_delivery exactly_once
+    sql "SELECT outbox.enqueue('T', '$topic-1', '{}', topic => '$topic')" >/dev/null
+    wait_until 40 "SELECT state = 'waiting for Kafka transactions' FROM outbox.relay_status()" \
+        || fail "relay_status() does not say it waits for transactions: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"
+    log_since "$mark" | grep -q "Kafka transactions could not start within 15 s" \
+        || fail "the log does not say why nothing is sent"
+    log_since "$mark" | grep -q "HINT:.*transaction.state.log.replication.factor.*outbox.delivery = at_least_once" \
+        || fail "the log does not name the fixes"
+    expect "events sent without transactions" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    set_delivery at_least_once
+    wait_until 60 "$(all_sent $topic 1)" || fail "at_least_once did not deliver through the same broker"
+    set_setting outbox.kafka_brokers "$IT_BROKERS"
+    kcluster_stop
+}
+
+# java_hash_mod TEXT N: Kafka's partition for TEXT among N (the abs of
+# Java's String.hashCode, modulo N): which partition of
+# __transaction_state, so which broker, coordinates a transactional.id.
+java_hash_mod() {
+    local s=$1 h=0 i c
+    for ((i = 0; i < ${#s}; i++)); do
+        printf -v c '%d' "'${s:i:1}"
+        h=$(((31 * h + c) & 0xffffffff))
+    done
+    ((h >= 2147483648)) && h=$((h - 4294967296))
+    ((h < 0)) && h=$((h == -2147483648 ? 0 : -h))
+    echo $((h % $2))
+}
+
+# relay_transactional_id: this database's relay's transactional.id.
+relay_transactional_id() {
+    sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
+         FROM pg_control_system()"
+}
+
+# exactly_once on a real three-node cluster: while four sessions commit
+# 2,400 events, the broker coordinating the relay's transactions is
+# SIGKILLed, then (once it is back) the leader of partition 0: a
+# read_committed consumer sees every event once, in key order.
+t_eos_cluster_killed() {
+    local topic=it.eos.cluster out=$IT_TMP/eos_cluster.tsv pids=() leader part coordinator
+    kcluster_setup "$IT_TMP/keos" 3 && kcluster_start || { fail "the Kafka cluster did not start"; kcluster_stop; return; }
+    set_setting outbox.kafka_brokers "$KCLUSTER_BROKERS"
+    set_delivery exactly_once
+    sql "SELECT outbox.enqueue('T', 'eos-cluster-first', '{}', topic => '$topic', msg_key => 'first')" >/dev/null
+    wait_until 90 "$(all_sent $topic 1)" || { fail "nothing reached the cluster: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"; eos_cluster_end; return; }
+    cluster_writers $topic eos-cluster 600
+    pids=("${WRITERS[@]}")
+    sleep 1
+    part=$(java_hash_mod "$(relay_transactional_id)" 50)
+    coordinator=$(kcluster_leader __transaction_state "$part")
+    [ -n "$coordinator" ] || fail "no coordinator found (partition $part of __transaction_state)"
+    kcluster_kill "$coordinator"
+    kcluster_wait_moved __transaction_state "$part" "$coordinator" 30 \
+        || fail "the transaction coordinator did not move within 30 s of killing node $coordinator"
+    kill -0 "${pids[@]}" 2>/dev/null || fail "the writers ended before the coordinator moved: no flow to test"
+    kcluster_start_node "$coordinator"
+    kcluster_wait_nodes 3 90 || fail "node $coordinator did not come back"
+    leader=$(kcluster_leader $topic 0)
+    [ -n "$leader" ] || fail "no leader found for partition 0"
+    kcluster_kill "$leader"
+    kcluster_wait_moved $topic 0 "$leader" 30 || fail "partition 0 got no new leader within 30 s of killing node $leader"
+    kcluster_start_node "$leader"
+    wait "${pids[@]}"
+    wait_until 120 "$(all_sent $topic 2401)" || fail "not every event was recorded as sent: $(sql "TABLE outbox.stats")"
+    expect "events dead" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'dead'")" 0
+    "$TOOLS/outbox-consume" -b "$KCLUSTER_BROKERS" -t "$topic" -n 1000000 -T 60000 -i 5000 >"$out" 2>/dev/null
+    expect_exactly_once eos_cluster $topic "$out"
+    eos_cluster_end
+}
+
+# eos_cluster_end: the relay back on the suite's broker in at_least_once,
+# the cluster gone.
+eos_cluster_end() {
+    set_delivery at_least_once
+    set_setting outbox.kafka_brokers "$IT_BROKERS"
+    kcluster_stop
+}
+
+# Fencing: the old primary's relay frozen (SIGSTOP) mid-flow, a standby
+# promoted (the old primary left running: a zombie), its relay started
+# with the same transactional.id; then the zombie resumed.  It cannot
+# commit: it says "fenced" and stops; a read_committed consumer sees every
+# event once, in key order.
+t_eos_fencing() {
+    local topic=it.eos.fence out=$IT_TMP/eos_fence.tsv standby=$CLUSTER_DIR/standby_eos sport=5434 n=3000
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR zombie lsn
+    standby_sql() { "$PGBIN/psql" -X -q -At -p $sport -d "$IT_DB" -c "$1"; }
+    eos_ready
+    set_batch_size 20
+    cluster_run "$server_bin/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby" -R -X stream --checkpoint=fast \
+        || { fail "pg_basebackup failed"; return; }
+    echo "port = $sport" | cluster_run tee -a "$standby/postgresql.conf" >/dev/null
+    cluster_run "$server_bin/pg_ctl" -D "$standby" -l "$IT_TMP/standby_eos.log" -w start >/dev/null \
+        || { fail "standby did not start"; return; }
+    sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 10))
+         FROM generate_series(1, $n) i" >/dev/null
+    mid_flow $topic $n 300
+    zombie=$(relay_pid)
+    kill -STOP "$zombie"
+    lsn=$(sql "SELECT pg_current_wal_lsn()")
+    wait_until_standby "$lsn" || { fail "the standby did not replay up to $lsn"; kill -CONT "$zombie"; eos_fencing_end; return; }
+    cluster_run "$server_bin/pg_ctl" -D "$standby" -w promote >/dev/null || fail "promotion failed"
+    local deadline=$((SECONDS + 90))
+    until [ "$(standby_sql "SELECT count(*) FILTER (WHERE status = 'sent') = $n FROM outbox.events WHERE topic = '$topic'")" = t ]; do
+        [ $SECONDS -lt $deadline ] || { fail "the promoted standby did not send the rest: $(standby_sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"; break; }
+        sleep 0.2
+    done
+    kill -CONT "$zombie"
+    wait_until 60 "SELECT state = 'fenced' FROM outbox.relay_status()" \
+        || fail "the resumed relay does not say it is fenced: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"
+    consume $topic $((2 * n)) 30000 3000 >"$out"
+    expect_exactly_once fencing $topic "$out"
+    eos_fencing_end
+}
+
+# wait_until_standby LSN: until the standby of t_eos_fencing replayed LSN.
+wait_until_standby() {
+    local deadline=$((SECONDS + 60))
+    until [ "$(standby_sql "SELECT pg_last_wal_replay_lsn() >= '$1'")" = t ]; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 0.1
+    done
+}
+
+# eos_fencing_end: the standby gone, the old primary's relay back in
+# at_least_once (a reload ends its fenced wait).
+eos_fencing_end() {
+    cluster_run "$CLUSTER_INSTALL$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/standby_eos" -m fast stop >/dev/null
+    reset_batch_size
+    set_delivery at_least_once
+}
