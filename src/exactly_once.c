@@ -76,7 +76,8 @@ typedef enum EosState
 	EOS_OPEN,      /* sent: waiting for Kafka's answers, then commit */
 	EOS_ABORTING,  /* aborting; what failed is recorded */
 	EOS_COMMITTED, /* committed: the round's batches may be recorded */
-	EOS_HALTED     /* cannot go on until a reload (relay_eos_halted) */
+	EOS_HALTED,    /* fenced: nothing until a reload (relay_eos_halted) */
+	EOS_BROKEN     /* a new producer is needed (relay_eos_broken) */
 } EosState;
 
 /* A progress record, taken apart. */
@@ -94,6 +95,9 @@ static bool active = false;
 static EosState state = EOS_IDLE;
 static MemoryContext eos_memory = NULL; /* reset at every transaction */
 static char *progress_found = NULL;     /* read at start, not yet applied */
+static uint64 failures_at_begin = 0;    /* outbox_kafka_failures() then */
+static TimestampTz ending_since = 0;    /* a commit or abort unfinished */
+static bool said_slow = false;          /* ... and said so */
 static bool progress_read = false;
 static TimestampTz init_since = 0;
 static bool said_waiting = false;
@@ -118,7 +122,8 @@ static bool queue_progress(void);
 static char *progress_text(void);
 static void add_ids(StringInfo buf, const char *label, RelayBatch *batch,
 					bool held);
-static void halt(const char *what, const char *why);
+static void give_up(const char *what, const char *why, KafkaTxnResult result);
+static void ending(KafkaTxnResult result, const char *doing, const char *why);
 static void wait_said(TimestampTz now, const char *why);
 
 /*
@@ -148,6 +153,8 @@ relay_eos_restart(bool transactional)
 	progress_queued = false;
 	init_since = 0;
 	said_waiting = false;
+	ending_since = 0;
+	said_slow = false;
 	halted_reason[0] = '\0';
 	if (eos_memory == NULL)
 		eos_memory = AllocSetContextCreate(TopMemoryContext,
@@ -162,6 +169,16 @@ const char *
 relay_eos_halted(void)
 {
 	return state == EOS_HALTED ? halted_reason : NULL;
+}
+
+/*
+ * relay_eos_broken: why this producer cannot go on (a new one can), or
+ * NULL.
+ */
+const char *
+relay_eos_broken(void)
+{
+	return state == EOS_BROKEN ? halted_reason : NULL;
 }
 
 /*
@@ -220,11 +237,12 @@ relay_eos_may_read(void)
 	if (result == KAFKA_TXN_DONE)
 	{
 		state = EOS_READING;
+		failures_at_begin = outbox_kafka_failures();
 		MemoryContextReset(eos_memory);
 		return true;
 	}
 	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
-		halt("could not begin a Kafka transaction", why);
+		give_up("could not begin a Kafka transaction", why, result);
 	return false;
 }
 
@@ -239,13 +257,10 @@ relay_eos_reads_done(void)
 
 	if (!active || state != EOS_READING)
 		return;
-	if (!relay_flight_empty())
-	{
-		state = EOS_OPEN;
-		return;
-	}
-	state = EOS_OPEN; /* committed, or aborted, by relay_eos_tend */
-	if (outbox_kafka_txn_commit(TXN_STEP_MS, why, sizeof(why)) == KAFKA_TXN_DONE)
+	/* Committed, or aborted, by relay_eos_tend unless it ends here. */
+	state = EOS_OPEN;
+	if (relay_flight_empty() &&
+		outbox_kafka_txn_commit(TXN_STEP_MS, why, sizeof(why)) == KAFKA_TXN_DONE)
 		state = EOS_IDLE;
 }
 
@@ -293,6 +308,7 @@ prepare(TimestampTz now)
 	if (result == KAFKA_TXN_DONE && !progress_read)
 	{
 		char *id = relay_eos_transactional_id();
+		char *found = NULL;
 
 		pgstat_report_activity(STATE_RUNNING, "reading the progress topic");
 		if (progress_found != NULL)
@@ -300,15 +316,19 @@ prepare(TimestampTz now)
 		progress_found = NULL;
 		result = outbox_kafka_progress_read(
 			outbox_kafka_brokers, outbox_kafka_properties, outbox_progress_topic,
-			id, PROGRESS_READ_MS, &progress_found, why, sizeof(why));
-		if (progress_found != NULL)
-			progress_found =
-				MemoryContextStrdup(TopMemoryContext, progress_found);
+			id, PROGRESS_READ_MS, &found, why, sizeof(why));
+		pfree(id);
+		if (found != NULL)
+		{
+			/* Kept until applied, across rounds. */
+			progress_found = MemoryContextStrdup(TopMemoryContext, found);
+			pfree(found);
+		}
 		progress_read = result == KAFKA_TXN_DONE;
 	}
 	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
 	{
-		halt("cannot use Kafka transactions", why);
+		give_up("cannot use Kafka transactions", why, result);
 		return false;
 	}
 	if (result != KAFKA_TXN_DONE)
@@ -514,6 +534,9 @@ judge_flight(TimestampTz now, bool *answered, bool *failed, bool *stuck)
 			*answered = false;
 			*stuck |= relay_flight_may_hand_over(b, now);
 		}
+		/* Called at each wake-up: look for failures only if there are. */
+		if (outbox_kafka_failures() == failures_at_begin)
+			continue;
 		for (int i = 0; i < b->count; i++)
 		{
 			OutboxMessage *msg = &b->msgs[i];
@@ -603,6 +626,7 @@ commit(void)
 		return false;
 	pgstat_report_activity(STATE_RUNNING, "committing a Kafka transaction");
 	result = outbox_kafka_txn_commit(TXN_STEP_MS, why, sizeof(why));
+	ending(result, "committing", why);
 	switch (result)
 	{
 		case KAFKA_TXN_DONE:
@@ -616,7 +640,7 @@ commit(void)
 			state = EOS_ABORTING;
 			break;
 		default:
-			halt("could not commit a Kafka transaction", why);
+			give_up("could not commit a Kafka transaction", why, result);
 	}
 	return true;
 }
@@ -633,11 +657,12 @@ abort_txn(bool *unreachable)
 
 	pgstat_report_activity(STATE_RUNNING, "aborting a Kafka transaction");
 	result = outbox_kafka_txn_abort(TXN_STEP_MS, why, sizeof(why));
+	ending(result, "aborting", why);
 	if (result == KAFKA_TXN_AGAIN)
 		return true;
 	if (result != KAFKA_TXN_DONE)
 	{
-		halt("could not abort a Kafka transaction", why);
+		give_up("could not abort a Kafka transaction", why, result);
 		return true;
 	}
 	relay_flight_drop_all(false);
@@ -732,14 +757,54 @@ add_ids(StringInfo buf, const char *label, RelayBatch *batch, bool held)
 }
 
 /*
- * halt: the relay cannot go on with this producer: say so once; the loop
- * stops the producer and waits for a reload (relay_eos_halted).
+ * ending: a step of a commit or abort returned result.  One that Kafka
+ * has not finished after PATIENCE_MS is said once, with why: librdkafka
+ * goes on trying, and the coordinator aborts a transaction left open after
+ * transaction.timeout.ms (then the commit fails and the relay aborts).
  */
 static void
-halt(const char *what, const char *why)
+ending(KafkaTxnResult result, const char *doing, const char *why)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	char text[OUTBOX_ERROR_LEN];
+
+	if (result != KAFKA_TXN_AGAIN)
+	{
+		if (said_slow)
+			ereport(LOG,
+					(errmsg("outbox relay: Kafka finished %s the transaction",
+							doing)));
+		ending_since = 0;
+		said_slow = false;
+		return;
+	}
+	if (ending_since == 0)
+		ending_since = now;
+	if (said_slow || !TimestampDifferenceExceeds(ending_since, now, PATIENCE_MS))
+		return;
+	said_slow = true;
+	snprintf(text, sizeof(text), "Kafka has not finished %s a transaction: %s",
+			 doing, why);
+	outbox_status_error(text);
+	ereport(
+		LOG,
+		(errmsg("outbox relay: Kafka has not finished %s a transaction in %d s: %s; still trying",
+				doing, PATIENCE_MS / 1000, why)));
+}
+
+/*
+ * give_up: the relay cannot go on with this producer.  Fenced, it waits
+ * for a reload (relay_eos_halted): a new producer would fence, in turn,
+ * the relay that fenced this one.  Any other failure (an error librdkafka
+ * made fatal, such as a coordinator answering INVALID_TXN_STATE after a
+ * broker's restart) is this producer's: the loop makes a new one after a
+ * backoff (relay_eos_broken), whose init_transactions ends what was open.
+ */
+static void
+give_up(const char *what, const char *why, KafkaTxnResult result)
 {
 	snprintf(halted_reason, sizeof(halted_reason), "%s: %s", what, why);
-	state = EOS_HALTED;
+	state = result == KAFKA_TXN_FENCED ? EOS_HALTED : EOS_BROKEN;
 }
 
 /*

@@ -126,6 +126,7 @@ static size_t outstanding_bytes = 0; /* their values' bytes */
 static TimestampTz last_ack_at = 0;  /* latest acknowledged delivery */
 static uint64 queued_seq = 0;        /* messages queued so far */
 static uint64 acked_seq = 0;         /* the latest queued of those acked */
+static uint64 failures = 0;          /* messages refused or failed so far */
 static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
 static bool fatal_error = false;
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
@@ -339,6 +340,7 @@ outbox_kafka_send(OutboxMessage *msg)
 	msg->error = err;
 	msg->transient = is_transient(producer, err);
 	msg->error_text = rd_kafka_err2str(err);
+	failures++;
 	return KAFKA_REFUSED;
 }
 
@@ -374,6 +376,16 @@ TimestampTz
 outbox_kafka_last_ack(void)
 {
 	return last_ack_at;
+}
+
+/*
+ * outbox_kafka_failures: how many messages failed so far (refused when
+ * queued, or reported failed): unchanged, nothing sent since failed.
+ */
+uint64
+outbox_kafka_failures(void)
+{
+	return failures;
 }
 
 /*
@@ -684,6 +696,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	}
 	msg->done = true;
 	msg->error = rkmessage->err;
+	if (rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		failures++;
 	/* Only failures need classifying: not on every acknowledged message. */
 	msg->transient = rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
 					 is_transient(rk, rkmessage->err);

@@ -93,6 +93,7 @@ extern void outbox_kafka_push(void);
 extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
 extern TimestampTz outbox_kafka_last_ack(void);
 extern uint64 outbox_kafka_acked_seq(void);
+extern uint64 outbox_kafka_failures(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
 extern bool outbox_kafka_fenced(void);

@@ -249,6 +249,7 @@ extern void relay_eos_reads_done(void);
 extern void relay_eos_abandon(void);
 extern bool relay_eos_may_settle(void);
 extern const char *relay_eos_halted(void);
+extern const char *relay_eos_broken(void);
 extern bool relay_eos_waiting(void);
 extern char *relay_eos_transactional_id(void);
 

@@ -446,7 +446,14 @@ tend_producer(TimestampTz now)
 			"this relay's producer was fenced: another relay took over its transactional.id");
 	else if (outbox_kafka_running() && relay_eos_halted() != NULL)
 		halt_producer(relay_eos_halted());
-	if (outbox_kafka_running() && outbox_kafka_fatal())
+	if (outbox_kafka_running() && relay_eos_broken() != NULL)
+	{
+		ereport(LOG, (errmsg("outbox relay: %s; a new producer is made",
+							 relay_eos_broken())));
+		outbox_status_error(relay_eos_broken());
+	}
+	if (outbox_kafka_running() &&
+		(outbox_kafka_fatal() || relay_eos_broken() != NULL))
 	{
 		/* Made again after a backoff, as for an unreachable broker. */
 		stop_producer_now();
@@ -469,28 +476,25 @@ tend_producer(TimestampTz now)
 }
 
 /*
- * halt_producer: stop a producer that cannot go on (exactly_once: fenced,
- * or the cluster cannot do transactions) and send nothing until a reload:
- * making another would fence, in turn, the relay that fenced this one.
+ * halt_producer: stop a producer that was fenced (exactly_once) and send
+ * nothing until a reload: making another would fence, in turn, the relay
+ * that fenced this one.
  */
 static void
 halt_producer(const char *why)
 {
-	bool fenced = outbox_kafka_fenced();
-
 	ereport(
 		LOG,
 		(errmsg("outbox relay: %s; the relay sends nothing until a reload", why),
-		 fenced ? errdetail(
-					  "A relay with the same transactional.id (%s) started elsewhere: the relay of a promoted standby, or a copy of this cluster.",
-					  relay_eos_transactional_id())
-				: 0,
+		 errdetail(
+			 "A relay with the same transactional.id (%s) started elsewhere: the relay of a promoted standby, or a copy of this cluster.",
+			 relay_eos_transactional_id()),
 		 errhint(
 			 "Set outbox.delivery = at_least_once, or fix the cause, and reload.")));
 	stop_producer_now();
 	wait_for_reload = true;
 	outbox_status_error(why);
-	set_state(fenced ? RELAY_STATE_FENCED : RELAY_STATE_NO_TRANSACTIONS);
+	set_state(RELAY_STATE_FENCED);
 }
 
 /*

@@ -335,3 +335,62 @@ eos_fencing_end() {
     reset_batch_size
     set_delivery at_least_once
 }
+
+# mock_eos_ready TOPIC: exactly_once on the mock broker, and the first
+# event of TOPIC (seq 1) sent through it; false, and at_least_once again,
+# if it was not.
+mock_eos_ready() {
+    mock create "$1" 1
+    mock create outbox_progress 1
+    set_delivery exactly_once
+    enqueue "$1" 1 "$1"
+    wait_until 30 "$(all_sent "$1" 1)" && return 0
+    fail "exactly_once on the mock broker sent nothing: $(relay_state)"
+    set_delivery at_least_once
+    return 1
+}
+
+# mock_eos_commits_answered TOPIC COUNT CODE: the next COUNT commits
+# (EndTxn) answered with error CODE, then events 2-10 of TOPIC enqueued;
+# LOG_MARK is set before.
+mock_eos_commits_answered() {
+    LOG_MARK=$(log_mark)
+    mock request-errors 26 "$2" "$3"
+    sql "SELECT count(outbox.enqueue('T', '$1-' || i, jsonb_build_object('seq', i),
+                                     topic => '$1', msg_key => 'k'))
+           FROM generate_series(2, 10) i" >/dev/null
+}
+
+# exactly_once, mock broker: Kafka answers a commit (EndTxn) with
+# INVALID_TXN_STATE, which librdkafka makes fatal to the producer.  The
+# relay makes a new producer after a backoff, with no reload (before, it
+# stopped sending until one); the new producer's init_transactions ends
+# what was open, and each event reaches read_committed consumers once.
+t_eos_commit_fatal() {
+    local topic=mock.eos.fatal pid
+    mock_eos_ready $topic || return
+    pid=$(relay_pid)
+    mock_eos_commits_answered $topic 1 48 # INVALID_TXN_STATE
+    log_shows 'outbox relay: could not commit a Kafka transaction: .*; a new producer is made'
+    arrive_once $topic 10 "$MOCK_BROKERS"
+    relay_steady "$pid"
+    set_delivery at_least_once
+}
+
+# exactly_once, mock broker: the coordinator answers commits with
+# CONCURRENT_TRANSACTIONS (retriable) for longer than 15 s: librdkafka
+# goes on trying, and the relay says once what it waits for, in its log
+# and relay_status(); once Kafka commits, the events arrive once.
+t_eos_commit_slow() {
+    local topic=mock.eos.slow pid
+    mock_eos_ready $topic || return
+    pid=$(relay_pid)
+    mock_eos_commits_answered $topic 100000 51 # CONCURRENT_TRANSACTIONS
+    log_shows 'outbox relay: Kafka has not finished committing a transaction in 15 s: .*; still trying'
+    status_shows 'Kafka has not finished committing a transaction'
+    mock clear 26
+    log_shows 'outbox relay: Kafka finished committing the transaction'
+    arrive_once $topic 10 "$MOCK_BROKERS"
+    relay_steady "$pid"
+    set_delivery at_least_once
+}
