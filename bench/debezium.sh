@@ -6,7 +6,18 @@
 # Kafka broker as the outbox relay.  The jars come from Maven Central
 # through bench/debezium/pom.xml (fetched once into ~/.m2).
 #
+# With DEBEZIUM_EOS=1 at debezium_setup, the worker is Kafka Connect in
+# distributed mode (one worker; its configs, offsets and status in Kafka
+# topics) with exactly.once.source.support = enabled, and the connector
+# asks for exactly.once.support = required (KIP-618: each batch the task
+# polls is one Kafka transaction, with the connector's offsets).  That is
+# the only way Debezium writes to Kafka exactly once; standalone mode
+# cannot.
+#
 # Source it (after test/kafka/broker.sh), then:
+#   debezium_use NAME                the instance the calls below act on
+#                                    (a worker and its connector; one
+#                                    named "debezium" until this is called)
 #   debezium_schema | psql -d DB     the outbox table, publication and slot
 #   debezium_setup DIR PGPORT DB     configure a worker and the connector
 #   debezium_start [SETTINGS]        start the worker and create the connector
@@ -16,6 +27,10 @@
 #                                    shut its task down / hold it / run it again
 #   debezium_stop                    stop the worker (SIGKILL) and remove DIR
 #   debezium_slot                    the slot's restart_lsn and confirmed_flush_lsn
+#   debezium_eos_check               with DEBEZIUM_EOS: whether the task's
+#                                    producer is transactional
+# An instance's slot is named after it (DEBEZIUM_SLOT): each reads its own
+# database of the cluster.
 #
 # Two tunings, one per measure, each what a team tuning Debezium for that
 # measure sets (SETTINGS: connector properties NAME=VALUE, space separated,
@@ -42,6 +57,34 @@ DEBEZIUM_JAVA=${DEBEZIUM_JAVA:-java}
 DEBEZIUM_CONNECT_VERSION=${DEBEZIUM_CONNECT_VERSION:-4.3.0}
 DEBEZIUM_VERSION=${DEBEZIUM_VERSION:-3.6.1.Final}
 DEBEZIUM_NAME=outbox-debezium
+DEBEZIUM_SLOT=debezium
+# What differs between instances, swapped by debezium_use.
+DEBEZIUM_STATE=(DEBEZIUM_SLOT DEBEZIUM_EOS DEBEZIUM_DIR DEBEZIUM_PID DEBEZIUM_REST_PORT DEBEZIUM_SETTINGS)
+declare -A DEBEZIUM_SAVED=()
+DEBEZIUM_INSTANCE=debezium
+
+# debezium_use NAME: act on instance NAME from now on (a new one starts
+# with nothing set up, its slot named NAME).
+debezium_use() {
+    local v
+    [ "$1" = "$DEBEZIUM_INSTANCE" ] && return 0
+    for v in "${DEBEZIUM_STATE[@]}"; do
+        DEBEZIUM_SAVED[$DEBEZIUM_INSTANCE.$v]=${!v-}
+        unset "$v"
+    done
+    DEBEZIUM_INSTANCE=$1
+    DEBEZIUM_SLOT=$1
+    for v in "${DEBEZIUM_STATE[@]}"; do
+        [ -n "${DEBEZIUM_SAVED[$1.$v]+set}" ] && printf -v "$v" '%s' "${DEBEZIUM_SAVED[$1.$v]}"
+    done
+    return 0
+}
+
+# debezium_instances: the instances named so far.
+debezium_instances() {
+    { echo "$DEBEZIUM_INSTANCE"
+      for k in "${!DEBEZIUM_SAVED[@]}"; do echo "${k%%.*}"; done; } | sort -u
+}
 
 # debezium_classpath: the worker's classpath, resolving it on first use.
 debezium_classpath() {
@@ -57,10 +100,10 @@ debezium_classpath() {
 # debezium_schema: SQL for the database Debezium reads.  The outbox table
 # as Debezium documents it (id, aggregatetype, aggregateid, type, payload),
 # here with aggregatetype holding the topic; a publication of that table
-# alone; and the replication slot, created now so that every row inserted
-# from here on is streamed (snapshot.mode=no_data).
+# alone; and the replication slot (the instance's), created now so that
+# every row inserted from here on is streamed (snapshot.mode=no_data).
 debezium_schema() {
-    cat <<'SQL'
+    cat <<SQL
 CREATE TABLE dbz_outbox (
     id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     aggregatetype text        NOT NULL,
@@ -70,7 +113,7 @@ CREATE TABLE dbz_outbox (
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 CREATE PUBLICATION dbz_pub FOR TABLE dbz_outbox;
-SELECT 1 FROM pg_create_logical_replication_slot('debezium', 'pgoutput');
+SELECT 1 FROM pg_create_logical_replication_slot('$DEBEZIUM_SLOT', 'pgoutput');
 SQL
 }
 
@@ -80,7 +123,7 @@ SQL
 debezium_slot() {
     "$PG_BINDIR/psql" -X -At -F ' ' -d postgres -c \
         "SELECT restart_lsn, confirmed_flush_lsn FROM pg_catalog.pg_replication_slots
-          WHERE slot_name = 'debezium'"
+          WHERE slot_name = '$DEBEZIUM_SLOT'"
 }
 
 # debezium_rest METHOD PATH [BODY]: the worker's REST API.
@@ -104,7 +147,7 @@ debezium_setup() {
 bootstrap.servers=$KAFKA_BROKERS
 key.converter=org.apache.kafka.connect.storage.StringConverter
 value.converter=org.apache.kafka.connect.storage.StringConverter
-offset.storage.file.filename=$DEBEZIUM_DIR/offsets
+$(debezium_worker_mode)
 offset.flush.interval.ms=10000
 listeners=http://127.0.0.1:$DEBEZIUM_REST_PORT
 plugin.discovery=only_scan
@@ -116,6 +159,9 @@ producer.batch.size=1000000
 connector.client.config.override.policy=All
 ${DEBEZIUM_WORKER_EXTRA:-}
 CONF
+    local eos=
+    [ -n "${DEBEZIUM_EOS:-}" ] && eos='  "exactly.once.support": "required", "transaction.boundary": "poll",
+'
     # The connector: pgoutput through an existing slot and publication, no
     # snapshot, and the outbox event router: the topic from aggregatetype,
     # the key from aggregateid, the value from payload, the event's id and
@@ -131,13 +177,13 @@ CONF
   "database.dbname": "$3",
   "topic.prefix": "dbz",
   "plugin.name": "pgoutput",
-  "slot.name": "debezium",
+  "slot.name": "$DEBEZIUM_SLOT",
   "publication.name": "dbz_pub",
   "publication.autocreate.mode": "disabled",
   "table.include.list": "public.dbz_outbox",
   "snapshot.mode": "no_data",
   "extended.headers.enabled": "false",
-${DEBEZIUM_CONNECTOR_EXTRA:-}
+${eos}${DEBEZIUM_CONNECTOR_EXTRA:-}
   "transforms": "outbox",
   "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
   "transforms.outbox.route.by.field": "aggregatetype",
@@ -148,6 +194,36 @@ ${DEBEZIUM_CONNECTOR_EXTRA:-}
   "transforms.outbox.table.fields.additional.placement": "type:header:type"
 }
 CONF
+}
+
+# debezium_worker_mode: the worker's settings of its mode: standalone (its
+# offsets in a file) or, with DEBEZIUM_EOS, distributed with exactly-once
+# source support (its configs, offsets and status in topics of one
+# replica: the bench has one broker).
+debezium_worker_mode() {
+    if [ -z "${DEBEZIUM_EOS:-}" ]; then
+        echo "offset.storage.file.filename=$DEBEZIUM_DIR/offsets"
+        return
+    fi
+    local t=outbox-$DEBEZIUM_INSTANCE
+    printf '%s\n' "group.id=$t" "config.storage.topic=$t-configs" "offset.storage.topic=$t-offsets" \
+        "status.storage.topic=$t-status" "config.storage.replication.factor=1" \
+        "offset.storage.replication.factor=1" "status.storage.replication.factor=1" \
+        "exactly.once.source.support=enabled"
+}
+
+# debezium_eos_check: whether the running task writes in Kafka
+# transactions: its producer was configured with the transactional.id
+# Connect gives a task with exactly-once support (GROUP-CONNECTOR-TASK);
+# DEBEZIUM_EOS_WHY says why not.
+debezium_eos_check() {
+    local id="outbox-$DEBEZIUM_INSTANCE-$DEBEZIUM_NAME-0"
+    for _ in $(seq 1 300); do
+        grep -q "transactional.id = $id\$" "$DEBEZIUM_DIR/connect.log" && return 0
+        sleep 0.1
+    done
+    DEBEZIUM_EOS_WHY="no producer with transactional.id $id in $DEBEZIUM_DIR/connect.log after 30 s"
+    return 1
 }
 
 # debezium_state: the connector's state and its task's, e.g. "RUNNING RUNNING".
@@ -176,12 +252,14 @@ debezium_wait() {
 # debezium_start: start the worker, wait for its REST API, create the
 # connector and wait until its task runs.
 debezium_start() {
+    local main=Standalone
+    [ -n "${DEBEZIUM_EOS:-}" ] && main=Distributed
     # The JVM settings Kafka's own connect-standalone.sh uses.
     "$DEBEZIUM_JAVA" -Xms256m -Xmx2g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
         -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
         -Djava.awt.headless=true -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
         -Dorg.slf4j.simpleLogger.showDateTime=true \
-        -cp "$DEBEZIUM_CP" org.apache.kafka.connect.cli.ConnectStandalone \
+        -cp "$DEBEZIUM_CP" "org.apache.kafka.connect.cli.Connect$main" \
         "$DEBEZIUM_DIR/worker.properties" >>"$DEBEZIUM_DIR/connect.log" 2>&1 &
     DEBEZIUM_PID=$!
     local up=
