@@ -68,7 +68,22 @@ static SPIPlanPtr mark_sent_plan = NULL;
 static SPIPlanPtr pending_keys_plan = NULL;
 static SPIPlanPtr reset_sending_plan = NULL;
 
+/*
+ * Events the broker refused twice in a row that wait for a retry.  Kafka
+ * refuses a partition's whole batch of records for one it cannot take
+ * (one larger than the topic's max.message.bytes: the limit is the
+ * batch's), so the events sent with the guilty one are refused with it;
+ * retried together they are refused together again, and would die with
+ * it.  So an event refused on a retry too is retried alone (retries.c),
+ * and the others of its batch go through.  The first retry still goes
+ * together: a burst refused for a passing reason drains at the pace of
+ * batches.  Kept in memory only: after a restart they travel together
+ * once more, which costs each an attempt, no more.
+ */
+static HTAB *refused = NULL;
+
 static const char *failure_text(const RelayBatch *batch, int i, bool *refused);
+static void note_refused(int64 id, bool is_refused);
 
 /*
  * relay_set_state: write an event's delivery state, due again delay_ms
@@ -132,7 +147,7 @@ relay_record_outcome(const RelayBatch *batch, int i)
 	if (msg->error == 0)
 	{
 		relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
-		relay_note_refused(msg->event_id, msg->topic, false);
+		note_refused(msg->event_id, false);
 	}
 	else
 		relay_record_failure(batch, i);
@@ -161,7 +176,7 @@ relay_record_failure(const RelayBatch *batch, int i)
 	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
 					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
 					error);
-	relay_note_refused(msg->event_id, msg->topic, refused && !dead);
+	note_refused(msg->event_id, refused && !dead && failures >= 2);
 	/* What relay_status() shows, once this is recorded. */
 	((OutboxMessage *) msg)->error_text =
 		MemoryContextStrdup(batch->memory, error);
@@ -249,4 +264,30 @@ relay_reset_sending(void)
 {
 	relay_run_plan(&reset_sending_plan, reset_sending_sql, 0, NULL, NULL,
 				   SPI_OK_UPDATE, false);
+}
+
+/*
+ * relay_refused_before: whether the event is to be retried alone (see
+ * refused above).
+ */
+bool
+relay_refused_before(int64 id)
+{
+	return refused != NULL && relay_key_has(refused, (uint64) id);
+}
+
+/*
+ * note_refused: remember, or forget, that the broker refused event id.
+ */
+static void
+note_refused(int64 id, bool is_refused)
+{
+	uint64 key = (uint64) id;
+
+	if (refused == NULL)
+		refused = relay_key_set(TopMemoryContext);
+	if (is_refused)
+		relay_key_add(refused, key);
+	else
+		(void) hash_search(refused, &key, HASH_REMOVE, NULL);
 }

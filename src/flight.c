@@ -419,8 +419,7 @@ relay_flight_sweep(void)
 }
 
 /*
- * relay_tally: count an answered event for relay_status(), and what
- * Kafka accepted for the rule of refusals.c.
+ * relay_tally: count an answered event for relay_status().
  */
 void
 relay_tally(const OutboxMessage *msg, int attempts)
@@ -428,10 +427,7 @@ relay_tally(const OutboxMessage *msg, int attempts)
 	if (msg->purged)
 		return;
 	if (msg->error == 0)
-	{
 		tally.sent++;
-		relay_note_accepted(msg->topic);
-	}
 	else
 	{
 		/* Copied: the batch may be let go before the loop publishes it. */

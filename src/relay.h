@@ -177,11 +177,7 @@ extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
 extern void relay_pending_keys(HTAB *keys);
 extern void relay_reset_sending(void);
 extern void relay_mark_sent(const int64 *ids, int n);
-
-/* refusals.c */
-extern void relay_note_accepted(const char *topic);
-extern void relay_note_refused(int64 id, const char *topic, bool is_refused);
-extern bool relay_refused_alone(int64 id);
+extern bool relay_refused_before(int64 id);
 
 /* flight.c */
 extern void relay_flight_init(void);

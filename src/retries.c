@@ -94,7 +94,7 @@ relay_retries_read(void)
 
 /*
  * relay_retries_alone: whether the latest batch of retries sends an event
- * the broker refused before, alone (see refusals.c): no first sends
+ * the broker refused before, alone (see event_state.c): no first sends
  * should travel with it.
  */
 bool
@@ -213,7 +213,7 @@ read_due(RelayBatch *batch, bool *any_due)
 		i = relay_batch_add(batch, &row);
 
 		batch->due[i] = due;
-		refused = relay_refused_alone(batch->msgs[i].event_id);
+		refused = relay_refused_before(batch->msgs[i].event_id);
 		if (!due || relay_key_has(blocked, batch->key_hash[i]) ||
 			relay_flight_topic_stuck(relay_topic_hash(batch->msgs[i].topic)) ||
 			relay_flight_room(&batch->settings, batch) == 0 || alone ||

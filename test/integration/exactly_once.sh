@@ -137,34 +137,6 @@ t_refused_batch_neighbours() {
     expect "dead events" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = 'it.refused.neighbours' AND status = 'dead'")" 1
 }
 
-# at_least_once: the broker refuses a whole topic for a while (its
-# max.message.bytes below any event) while 5,000 events of as many keys
-# come, long enough for many to be refused twice; once the limit is lifted
-# they drain together, in a few seconds.  Kafka accepted nothing of the
-# topic between the refusals, so none is retried alone: one by one, a
-# round trip each, they would take half a minute or more.
-t_refused_topic_burst() {
-    local topic=it.refused.burst n=5000 twice start
-    sql "SELECT outbox.enqueue('T', '$topic-0', '{}', topic => '$topic')" >/dev/null
-    wait_until 30 "$(all_sent $topic 1)" || { fail "the topic's first event was not sent"; return; }
-    set_setting outbox.max_attempts 50
-    topic_max_message_bytes $topic 128 || { fail "could not lower max.message.bytes of $topic"; return; }
-    sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i),
-                 topic => '$topic', msg_key => 'k' || i))
-           FROM generate_series(1, $n) i" >/dev/null
-    wait_until 30 "SELECT count(*) >= $n / 4 FROM outbox.event_state WHERE attempts >= 2" \
-        || fail "not a quarter of the events were refused twice: $(sql "SELECT count(*) FROM outbox.event_state WHERE attempts >= 2")"
-    twice=$(sql "SELECT count(*) FROM outbox.event_state WHERE attempts >= 2")
-    java -cp "$KAFKA_CP" kafka.admin.ConfigCommand --bootstrap-server "$KAFKA_BROKERS" \
-        --entity-type topics --entity-name $topic --alter --delete-config max.message.bytes >>"$IT_TMP/config.log" 2>&1 \
-        || fail "could not lift max.message.bytes of $topic"
-    start=$SECONDS
-    wait_until 15 "$(all_sent $topic $((n + 1)))" \
-        || fail "$twice events refused twice: not all sent 15 s after the limit was lifted: $(sql "SELECT string_agg(status || ' ' || c, ', ') FROM (SELECT status, count(*) c FROM outbox.events WHERE topic = '$topic' GROUP BY 1) x")"
-    echo "#   $twice events refused twice, all $n sent $((SECONDS - start)) s after the limit was lifted"
-    set_setting outbox.max_attempts 3
-}
-
 # exactly_once: one event in the middle of a transaction refused: the
 # transaction is aborted, so a read_committed consumer sees each other
 # event once, although a read_uncommitted one saw the aborted copies; the
@@ -298,7 +270,7 @@ t_eos_fencing() {
     echo "port = $sport" | cluster_run tee -a "$standby/postgresql.conf" >/dev/null
     cluster_run "$server_bin/pg_ctl" -D "$standby" -l "$IT_TMP/standby_eos.log" -w start >/dev/null \
         || { fail "standby did not start"; return; }
-    sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i))
+    sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 10))
          FROM generate_series(1, $n) i" >/dev/null
     mid_flow $topic $n 300
     zombie=$(relay_pid)
