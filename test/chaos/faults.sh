@@ -381,6 +381,15 @@ t_outcome() {
         SELECT seq < max(seq) OVER (PARTITION BY key ORDER BY first ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS late
           FROM (SELECT DISTINCT ON (ref) key, (value::jsonb->>'seq')::int AS seq, (part, off) AS first
                   FROM chaos_delivered ORDER BY ref, part, off) f) o WHERE late"
+    # The first late arrivals, with where they landed and what the
+    # database says of them, to tell which fault made them.
+    sql "SELECT '#     late: ' || ref || ' key ' || key || ' seq ' || seq || ' at ' || part || '/' || off
+                || ' after seq ' || before || '; state ' || coalesce((SELECT s.status || ' attempts ' || s.attempts
+                     || coalesce(' (' || left(s.last_error, 80) || ')', '') FROM outbox.event_state s WHERE s.id = o.event_id), 'first send')
+           FROM (SELECT *, max(seq) OVER (PARTITION BY key ORDER BY first ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+                   FROM (SELECT DISTINCT ON (ref) ref, key, event_id, (value::jsonb->>'seq')::int AS seq, part, off, (part, off) AS first
+                           FROM chaos_delivered ORDER BY ref, part, off) f) o
+          WHERE seq < before ORDER BY part, off LIMIT 10"
     must_be_0 "per-key order violations applied" "SELECT count(*) FROM (
         SELECT seq < max(seq) OVER (PARTITION BY sku ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS late
           FROM chaos_applied) a WHERE late"
