@@ -146,15 +146,8 @@ t_relay_killed() {
 # for want of any), and t_outcome checks which: the batch in flight comes
 # again, the batches recorded before it do not.
 t_relay_killed_unrecorded() {
-    local try pid batch recorded stuck pending waited=$SECONDS kill=$((${#UNRECORDED[@]} + 1))
+    local try pid batch recorded stuck kill=$((${#UNRECORDED[@]} + 1))
     batch=$(sql "SHOW outbox.batch_size")
-    # Events of a key with a retry pending are held, not sent, so none of
-    # them could arrive twice: the faults before leave retries for a while
-    # (a five-round run once found no event past the cursor sent twice).
-    pending=$(sql "SELECT count(*) FROM outbox.event_state WHERE status IN ('new', 'sending')")
-    wait_until 120 "SELECT count(*) = 0 FROM outbox.event_state WHERE status IN ('new', 'sending')" \
-        || { fail "retries still pending after 120 s: $(sql "SELECT count(*) FROM outbox.event_state WHERE status IN ('new', 'sending')")"; return; }
-    [ "$pending" = 0 ] || echo "#   $pending events waited for a retry; none after $((SECONDS - waited)) s"
     for try in 1 2 3; do
         stuck=$(stuck_said)
         pid=$(relay_pid)
