@@ -146,9 +146,9 @@ t_relay_killed() {
 # for want of any), and t_outcome checks which: the batch in flight comes
 # again, the batches recorded before it do not.
 t_relay_killed_unrecorded() {
-    local try pid batch recorded stuck kill=$((${#UNRECORDED[@]} + 1))
+    local try pid batch recorded unrecorded stuck kill=$((${#UNRECORDED[@]} + 1))
     batch=$(sql "SHOW outbox.batch_size")
-    for try in 1 2 3; do
+    for try in 1 2 3 4 5; do
         stuck=$(stuck_said)
         pid=$(relay_pid)
         [ -n "$pid" ] || { fail "no relay running"; return; }
@@ -158,14 +158,18 @@ t_relay_killed_unrecorded() {
         sql "SELECT outbox.resume()" >/dev/null
         if cursor_locker_start "$pid" && wait_relay_blocked "$pid" "recording deliveries%" 35 \
             && [ "$(sql "SELECT count(*) FILTER (WHERE relayed) > 0 AND count(*) FILTER (WHERE NOT relayed) > 0
-                          FROM ($WINDOW_SQL) w")" = t ]; then
+                          FROM ($WINDOW_SQL) w")" = t ] && unrecorded_in_kafka; then
             sql "INSERT INTO chaos_recorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE relayed"
-            sql "INSERT INTO chaos_unrecorded SELECT $kill, id FROM ($WINDOW_SQL) w WHERE NOT relayed"
+            sql "INSERT INTO chaos_unrecorded SELECT $kill, id, id IN (SELECT event_id FROM chaos_tail)
+                   FROM ($WINDOW_SQL) w WHERE NOT relayed"
             recorded=$(sql "SELECT count(*) FROM chaos_recorded WHERE kill = $kill")
+            unrecorded=$(sql "SELECT count(*) FILTER (WHERE in_kafka) || ' of ' || count(*)
+                                FROM chaos_unrecorded WHERE kill = $kill")
             kill -KILL "$pid" && CRASHES=$((CRASHES + 1))
             UNRECORDED+=("$kill")
             cursor_locker_stop
-            echo "#   killed before recording a batch, $recorded events of its window recorded (try $try)"
+            echo "#   killed before recording a batch, $recorded events of its window recorded," \
+                 "$unrecorded past the cursor already in Kafka (try $try)"
             # Events of a topic said stuck are held, never sent: none of
             # them can arrive twice.
             [ "$(stuck_said)" = "$stuck" ] || echo "#   the relay said the topic was stuck during the try"
@@ -175,7 +179,23 @@ t_relay_killed_unrecorded() {
         fi
         cursor_locker_stop
     done
-    fail "the relay was never caught between sending and recording a batch mid-window in 3 tries"
+    fail "the relay was never caught between Kafka's acknowledgement and its record mid-window in 5 tries"
+}
+
+# unrecorded_in_kafka: whether, while the relay waits to record, Kafka
+# already holds some of the open window's events past the cursor's place
+# (read from the tail of each partition into chaos_tail).  If not, the
+# batches waiting to be recorded were not acknowledged (refused, or handed
+# over as stuck), and a kill now would prove nothing about the window.
+unrecorded_in_kafka() {
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t "$TOPIC" -e 20000 -T 3000 -i 300 >"$W/tail.tsv" 2>/dev/null
+    load_consumed chaos_tail "$W/tail.tsv"
+    [ "$(sql "SELECT EXISTS (SELECT 1 FROM ($WINDOW_SQL) w JOIN chaos_tail t ON t.event_id = w.id
+                             WHERE NOT relayed)")" = t ] && return 0
+    echo "#   none of the window's events past the cursor was in Kafka yet: $(sql "SELECT count(*) || ' past it, ids '
+            || min(id) || '-' || max(id) FROM ($WINDOW_SQL) w WHERE NOT relayed"); the tail read:" \
+         "$(sql "SELECT count(*) || ' messages, ids ' || min(event_id) || '-' || max(event_id) FROM chaos_tail")"
+    return 1
 }
 
 # stuck_said: how often the relay has said a topic was stuck.
@@ -417,6 +437,9 @@ check_duplicates() {
         [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM chaos_delivered d JOIN chaos_unrecorded u
                    ON u.id = d.event_id AND u.kill = $kill GROUP BY 1 HAVING count(*) > 1) d")" -gt 0 ] \
             || fail "no event past the cursor at kill $kill, acknowledged but not recorded, arrived twice"
+        must_be_0 "in Kafka before crash $kill but not recorded, not sent again" "SELECT count(*)
+            FROM chaos_unrecorded u WHERE u.kill = $kill AND u.in_kafka
+             AND (SELECT count(*) FROM chaos_delivered d WHERE d.event_id = u.id) < 2"
         must_be_0 "recorded before crash $kill, sent again" "SELECT count(*) FROM chaos_recorded r
             JOIN (SELECT event_id FROM chaos_delivered GROUP BY 1 HAVING count(*) > 1) d ON d.event_id = r.id
             WHERE r.kill = $kill"

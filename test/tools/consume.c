@@ -1,9 +1,9 @@
 /*
  * consume.c
  *		outbox-consume: a Kafka consumer for the tests, the demo and the
- *		benchmarks.  It reads topics from the beginning, committed messages
- *		only (isolation.level=read_committed), and prints one line
- *		per message:
+ *		benchmarks.  It reads topics from the beginning (or their tails,
+ *		-e), committed messages only (isolation.level=read_committed), and
+ *		prints one line per message:
  *
  *		topic <TAB> partition <TAB> offset <TAB> key <TAB> headers <TAB> value <TAB> received_us <TAB> created_ms
  *
@@ -12,12 +12,13 @@
  *		created_ms the message's timestamp, set by the producer at send.
  *
  * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT] [-U]
- *                       [-T TIMEOUT_MS] [-i IDLE_MS]
+ *                       [-T TIMEOUT_MS] [-i IDLE_MS] [-e TAIL]
  *		Stops after COUNT messages, after TIMEOUT_MS in all, once no
  *		message came for IDLE_MS after the first, or at SIGTERM, having
  *		written what it received; exit status 0 if COUNT (when given) was
  *		reached, else 1.  -U reads uncommitted messages too (those of
- *		aborted Kafka transactions).
+ *		aborted Kafka transactions).  -e reads only the last TAIL messages
+ *		of each partition.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -52,10 +53,11 @@ now_us(void)
 	return (long long) tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
-/* Assign every partition of every topic, from the beginning, waiting for
- * the topics to exist (they are created on first use). */
+/* Assign every partition of every topic from offset START, waiting for the
+ * topics to exist (they are created on first use). */
 static int
-assign_all(rd_kafka_t *rk, char **topics, int ntopics, long long deadline)
+assign_all(rd_kafka_t *rk, char **topics, int ntopics, int64_t start,
+		   long long deadline)
 {
 	rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
 
@@ -73,8 +75,7 @@ assign_all(rd_kafka_t *rk, char **topics, int ntopics, long long deadline)
 				md->topics[0].partition_cnt > 0)
 			{
 				for (int p = 0; p < md->topics[0].partition_cnt; p++)
-					rd_kafka_topic_partition_list_add(parts, topics[t], md->topics[0].partitions[p].id)->offset =
-						RD_KAFKA_OFFSET_BEGINNING;
+					rd_kafka_topic_partition_list_add(parts, topics[t], md->topics[0].partitions[p].id)->offset = start;
 				found = 1;
 			}
 			if (md)
@@ -178,11 +179,12 @@ main(int argc, char **argv)
 	long		count = -1;
 	long		timeout_ms = 60000;
 	long		idle_ms = -1;
+	int64_t		from = RD_KAFKA_OFFSET_BEGINNING;
 	const char *isolation = "read_committed";
 	char		err[512];
 	int			opt;
 
-	while ((opt = getopt(argc, argv, "b:t:n:T:i:U")) != -1)
+	while ((opt = getopt(argc, argv, "b:t:n:T:i:Ue:")) != -1)
 	{
 		switch (opt)
 		{
@@ -192,8 +194,9 @@ main(int argc, char **argv)
 			case 'T': timeout_ms = atol(optarg); break;
 			case 'i': idle_ms = atol(optarg); break;
 			case 'U': isolation = "read_uncommitted"; break;
+			case 'e': from = RD_KAFKA_OFFSET_TAIL(atol(optarg)); break;
 			default:
-				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS] [-U]\n");
+				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS] [-U] [-e TAIL]\n");
 				return 2;
 		}
 	}
@@ -226,7 +229,7 @@ main(int argc, char **argv)
 	long long	start = now_us();
 	long long	deadline = start + timeout_ms * 1000LL;
 
-	if (!assign_all(rk, topics, ntopics, deadline))
+	if (!assign_all(rk, topics, ntopics, from, deadline))
 		return 1;
 	/* Ready: a caller waiting for this line may start producing. */
 	fprintf(stderr, "outbox-consume: assigned\n");
