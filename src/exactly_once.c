@@ -32,8 +32,11 @@
  * are acknowledged (a stuck partition, see flight.c), aborts the
  * transaction: read_committed consumers see nothing of it.  The event is
  * recorded as failed (backoff, then dead as in at_least_once) and the rest
- * is read again, the later events of its key held behind it.  A failure
- * for the broker's sake aborts too, and the relay backs off.
+ * is read again, the later events of its key held behind it.  After a
+ * stuck one, every event of its topic is held until it is due again
+ * (flight.c): otherwise each later transaction carrying one would stall
+ * the other topics in turn.  A failure for the broker's sake aborts too,
+ * and the relay backs off.
  *
  * A producer fenced by another with the same transactional.id (the relay
  * of a promoted standby) stops, and the relay sends nothing more until a
@@ -55,6 +58,9 @@
 
 /* Longest one call to Kafka's coordinator makes the loop wait. */
 #define TXN_STEP_MS 200
+
+/* Topics asked about when a whole round failed (blame_topics). */
+#define BLAME_TOPICS 4
 
 /* Longest a read of the progress topic makes the loop wait. */
 #define PROGRESS_READ_MS 5000
@@ -96,6 +102,7 @@ static EosState state = EOS_IDLE;
 static MemoryContext eos_memory = NULL; /* reset at every transaction */
 static char *progress_found = NULL;     /* read at start, not yet applied */
 static uint64 failures_at_begin = 0;    /* outbox_kafka_failures() then */
+static uint64 acked_at_begin = 0;       /* outbox_kafka_acked_seq() then */
 static TimestampTz ending_since = 0;    /* a commit or abort unfinished */
 static bool said_slow = false;          /* ... and said so */
 static bool progress_read = false;
@@ -115,6 +122,9 @@ static int in_flight(RelayBatch **out);
 static void judge_flight(TimestampTz now, bool *answered, bool *failed,
 						 bool *stuck);
 static void record_failures(TimestampTz now);
+static bool batch_stuck(const RelayBatch *b, TimestampTz now);
+static bool blame_topics(RelayBatch **batches, int n);
+static void hold_topic(const RelayBatch *b, int i, TimestampTz now);
 static void tally_failures(void);
 static bool commit(void);
 static bool abort_txn(bool *unreachable);
@@ -238,6 +248,7 @@ relay_eos_may_read(void)
 	{
 		state = EOS_READING;
 		failures_at_begin = outbox_kafka_failures();
+		acked_at_begin = outbox_kafka_acked_seq();
 		MemoryContextReset(eos_memory);
 		return true;
 	}
@@ -532,7 +543,7 @@ judge_flight(TimestampTz now, bool *answered, bool *failed, bool *stuck)
 		if (!relay_batch_all_answered(b))
 		{
 			*answered = false;
-			*stuck |= relay_flight_may_hand_over(b, now);
+			*stuck |= batch_stuck(b, now);
 		}
 		/* Called at each wake-up: look for failures only if there are. */
 		if (outbox_kafka_failures() == failures_at_begin)
@@ -547,8 +558,67 @@ judge_flight(TimestampTz now, bool *answered, bool *failed, bool *stuck)
 			abort_unreachable &= msg->transient;
 		}
 	}
+	if (*failed && abort_unreachable && blame_topics(batches, n))
+		abort_unreachable = false;
 	if (*stuck)
 		abort_unreachable = false;
+}
+
+/*
+ * blame_topics: every event of the round failed for what librdkafka calls
+ * a transient reason.  If the cluster reports an error for the topic of one
+ * of them (not authorized, unknown: the coordinator then refuses to add
+ * its partitions, and the whole transaction fails), the failure is that
+ * topic's, not an outage: its events are marked refused, to be recorded
+ * and their topic held (record_failures), and the rest goes on.  At most
+ * BLAME_TOPICS topics are asked about (each answer is kept a while).
+ */
+static bool
+blame_topics(RelayBatch **batches, int n)
+{
+	const char *asked[BLAME_TOPICS];
+	int nasked = 0;
+	bool blamed = false;
+	char reported[256];
+
+	for (int k = 0; k < n; k++)
+	{
+		for (int i = 0; i < batches[k]->count; i++)
+		{
+			OutboxMessage *msg = &batches[k]->msgs[i];
+			bool seen = false;
+
+			if (batches[k]->fate[i] != FATE_IN_BATCH || !msg->done ||
+				msg->error == 0)
+				continue;
+			for (int a = 0; a < nasked && !seen; a++)
+				seen = strcmp(asked[a], msg->topic) == 0;
+			if (!seen && nasked == BLAME_TOPICS)
+				continue;
+			if (!seen)
+				asked[nasked++] = msg->topic;
+			if (outbox_kafka_topic_refused(msg->topic, reported,
+										   sizeof(reported)))
+			{
+				msg->transient = false;
+				msg->timed_out = true; /* failure_text: the cluster's report */
+				blamed = true;
+			}
+		}
+	}
+	return blamed;
+}
+
+/*
+ * batch_stuck: whether b's unanswered events are stuck (flight.c), by a
+ * later acknowledgement or, when the round's events come last, by Kafka
+ * answering for the others and falling silent.
+ */
+static bool
+batch_stuck(const RelayBatch *b, TimestampTz now)
+{
+	return relay_flight_may_hand_over(b, now) ||
+		   relay_flight_round_stuck(b, acked_at_begin, now);
 }
 
 /*
@@ -565,8 +635,7 @@ record_failures(TimestampTz now)
 	for (int k = 0; k < n; k++)
 	{
 		RelayBatch *b = batches[k];
-		bool stuck =
-			!relay_batch_all_answered(b) && relay_flight_may_hand_over(b, now);
+		bool stuck = !relay_batch_all_answered(b) && batch_stuck(b, now);
 
 		for (int i = 0; i < b->count; i++)
 		{
@@ -575,7 +644,11 @@ record_failures(TimestampTz now)
 			if (b->fate[i] != FATE_IN_BATCH)
 				continue;
 			if (msg->done && msg->error != 0 && !msg->transient)
+			{
 				relay_record_failure(b, i);
+				if (msg->timed_out) /* blame_topics */
+					hold_topic(b, i, now);
+			}
 			else if (stuck && !relay_batch_answered(b, i))
 			{
 				msg->error = OUTBOX_KAFKA_GAVE_UP;
@@ -585,9 +658,23 @@ record_failures(TimestampTz now)
 					"not acknowledged in time while later events were "
 					"(the Kafka transaction was aborted)";
 				relay_record_failure(b, i);
+				hold_topic(b, i, now);
 			}
 		}
 	}
+}
+
+/*
+ * hold_topic: event i of b is stuck, or refused for its topic's sake: the
+ * topic's events are held until it is due again (flight.c).
+ */
+static void
+hold_topic(const RelayBatch *b, int i, TimestampTz now)
+{
+	int backoff = relay_backoff_ms(&b->settings, b->attempts[i] + 1);
+
+	relay_flight_hold_topic(b->msgs[i].topic,
+							TimestampTzPlusMilliseconds(now, backoff));
 }
 
 /*

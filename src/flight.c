@@ -15,7 +15,9 @@
  * handed over (recorded as 'sending', answered for one by one) after
  * HANDOVER_MS, so that the head moves on and every other topic keeps its
  * pace.  Their topic counts as stuck until they are answered: its later
- * events wait in outbox.event_state instead of filling the flight.  When
+ * events wait in outbox.event_state instead of filling the flight (in
+ * exactly_once, where a stuck event aborts its transaction, the topic is
+ * held until that event is due again instead).  When
  * Kafka acknowledges nothing (an outage) nothing is handed over: the
  * batches wait for librdkafka's message.timeout.ms, then go again.
  *
@@ -38,11 +40,15 @@
 /* A topic that becomes stuck again is said again after this long. */
 #define STUCK_REPEAT_MS 60000
 
-/* A stuck topic: how many of its handed-over events are unanswered. */
+/*
+ * A stuck topic: how many of its handed-over events are unanswered, and
+ * until when it is held after an aborted Kafka transaction (0 if not).
+ */
 typedef struct StuckTopic
 {
 	uint64 hash;
 	int waiting;
+	TimestampTz held_until;
 } StuckTopic;
 
 static dlist_head queue = DLIST_STATIC_INIT(queue);
@@ -60,7 +66,8 @@ static void let_go(RelayBatch *batch);
 static bool freeable(const RelayBatch *batch);
 static void unstick(RelayBatch *batch, int i);
 static bool later_acked(const RelayBatch *batch);
-static void say_stuck(const char *topic, uint64 hash);
+static StuckTopic *enter_stuck(const char *topic, const char *then);
+static void say_stuck(const char *topic, uint64 hash, const char *then);
 
 /*
  * relay_flight_init: the set of stuck topics, for the life of the relay.
@@ -266,6 +273,35 @@ relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 }
 
 /*
+ * relay_flight_round_stuck: in exactly_once nothing more is sent until a
+ * round's transaction ends, so no message sent after batch's stragglers
+ * may be acknowledged to show them stuck.  After HANDOVER_MS they are if
+ * Kafka acknowledged messages of the round (its acked seq passed
+ * round_seq, the one at the round's begin) and none since HANDOVER_MS, or
+ * if the cluster reports an error for the first one's topic (the round
+ * may hold nothing else).
+ */
+bool
+relay_flight_round_stuck(const RelayBatch *batch, uint64 round_seq,
+						 TimestampTz now)
+{
+	char reported[256];
+
+	if (!TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS))
+		return false;
+	if (outbox_kafka_acked_seq() > round_seq &&
+		TimestampDifferenceExceeds(outbox_kafka_last_ack(), now, HANDOVER_MS))
+		return true;
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (!relay_batch_answered(batch, i))
+			return outbox_kafka_topic_refused(batch->msgs[i].topic, reported,
+											  sizeof(reported));
+	}
+	return false;
+}
+
+/*
  * later_acked: whether Kafka acknowledged a message sent after the first
  * unanswered one of batch.
  */
@@ -309,31 +345,71 @@ relay_flight_next_handover(void)
 void
 relay_flight_hand_over(RelayBatch *batch, int i)
 {
-	uint64 hash = relay_topic_hash(batch->msgs[i].topic);
-	bool found;
-	StuckTopic *topic = hash_search(stuck, &hash, HASH_ENTER, &found);
+	StuckTopic *topic = enter_stuck(
+		batch->msgs[i].topic,
+		"They wait in outbox.event_state as 'sending' until Kafka answers for "
+		"them, later events of the topic wait behind them, and other topics "
+		"go on.");
 
-	if (!found)
-	{
-		topic->waiting = 0;
-		say_stuck(batch->msgs[i].topic, hash);
-	}
 	topic->waiting++;
 	unrecorded++;
 	batch->fate[i] = FATE_HANDED;
 }
 
 /*
+ * relay_flight_hold_topic: in exactly_once, a stuck event made the relay
+ * abort its transaction; the topic's events are held back until `until`,
+ * when the stuck one is due again, so that the next transactions, which
+ * carry the other topics, are not stalled by it each in turn.
+ */
+void
+relay_flight_hold_topic(const char *topic_name, TimestampTz until)
+{
+	StuckTopic *topic = enter_stuck(
+		topic_name,
+		"The Kafka transaction was aborted; the topic's events are held "
+		"back in outbox.event_state until the stuck ones are retried, and "
+		"other topics go on.");
+
+	topic->held_until = Max(topic->held_until, until);
+}
+
+/*
+ * enter_stuck: the topic's entry in the set of stuck topics, said (with
+ * detail `then`) when it joins.
+ */
+static StuckTopic *
+enter_stuck(const char *topic_name, const char *then)
+{
+	uint64 hash = relay_topic_hash(topic_name);
+	bool found;
+	StuckTopic *topic = hash_search(stuck, &hash, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		topic->waiting = 0;
+		topic->held_until = 0;
+		say_stuck(topic_name, hash, then);
+	}
+	return topic;
+}
+
+/*
  * relay_flight_topic_stuck: whether events of the topic wait for Kafka's
- * answer one by one.
+ * answer one by one, or are held after an aborted transaction.
  */
 bool
 relay_flight_topic_stuck(uint64 topic_hash)
 {
 	bool found;
+	StuckTopic *topic = hash_search(stuck, &topic_hash, HASH_FIND, &found);
 
-	(void) hash_search(stuck, &topic_hash, HASH_FIND, &found);
-	return found;
+	if (!found)
+		return false;
+	if (topic->waiting > 0 || GetCurrentTimestamp() < topic->held_until)
+		return true;
+	(void) hash_search(stuck, &topic_hash, HASH_REMOVE, NULL);
+	return false;
 }
 
 /*
@@ -459,7 +535,7 @@ relay_flight_take_tally(void)
  * for the topic if it reports anything; relay_status() shows it too.
  */
 static void
-say_stuck(const char *topic, uint64 hash)
+say_stuck(const char *topic, uint64 hash, const char *then)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	bool found;
@@ -482,9 +558,7 @@ say_stuck(const char *topic, uint64 hash)
 			topic, HANDOVER_MS);
 	ereport(
 		LOG,
-		(errmsg("outbox relay: %s", stuck_reason),
-		 errdetail(
-			 "They wait in outbox.event_state as 'sending' until Kafka answers for them, later events of the topic wait behind them, and other topics go on."),
+		(errmsg("outbox relay: %s", stuck_reason), errdetail_internal("%s", then),
 		 errhint(
 			 "See outbox.events and outbox.stats.retrying; a topic the cluster refuses makes its events dead after outbox.max_attempts.")));
 	tally.error = stuck_reason;
@@ -553,6 +627,6 @@ unstick(RelayBatch *batch, int i)
 
 	batch->fate[i] = FATE_SETTLED;
 	unrecorded--;
-	if (found && --topic->waiting <= 0)
+	if (found && --topic->waiting <= 0 && topic->held_until == 0)
 		(void) hash_search(stuck, &hash, HASH_REMOVE, NULL);
 }

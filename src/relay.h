@@ -197,6 +197,9 @@ extern bool relay_flight_idle(void);
 extern bool relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now);
 extern TimestampTz relay_flight_next_handover(void);
 extern void relay_flight_hand_over(RelayBatch *batch, int i);
+extern bool relay_flight_round_stuck(const RelayBatch *batch, uint64 round_seq,
+									 TimestampTz now);
+extern void relay_flight_hold_topic(const char *topic_name, TimestampTz until);
 extern bool relay_flight_topic_stuck(uint64 topic_hash);
 extern void relay_flight_held_keys(HTAB *keys);
 extern int relay_flight_answered_handed(RelayRef *out, int max);
