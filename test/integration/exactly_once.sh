@@ -367,20 +367,24 @@ t_eos_commit_slow() {
     set_delivery at_least_once
 }
 
-# exactly_once, mock broker: a topic whose metadata the broker refuses (its
-# events stay unanswered, or the coordinator refuses to add its partition
-# to the transaction) gets an event every 0.5 s while a healthy topic gets
-# one every 0.1 s, for 6 s.  The first transaction carrying a stuck event
-# is aborted after 1 s; then the stuck topic is held until its event is
-# due again (backoff 2-8 s here), so most transactions carry the healthy
-# topic alone: at least half of its events reach a read_committed consumer
-# within 500 ms of their enqueue.  Before, every transaction carried a
-# stuck event and waited 1 s for it, or the whole relay backed off as if
-# the broker were down.  The mock broker shows read_committed consumers
+# exactly_once, mock broker: two topics the broker refuses
+# (TOPIC_AUTHORIZATION_FAILED) and a healthy one get events for 6 s: the
+# healthy one every 0.1 s, each refused one every second, in turn.  The
+# first refused topic was known to the relay's producer before: the
+# coordinator refuses to add its partition, which fails the whole
+# transaction at once.  The second was never known: its events wait for
+# metadata unanswered, and the transaction carrying one is aborted after a
+# second.  Either way the topic is then held until its event is due again
+# (backoff 2-8 s here), so most transactions carry the healthy topic
+# alone: at least half of its events reach a read_committed consumer
+# within 500 ms of their enqueue.  Before, every transaction carrying a
+# refused event waited a second for it, or the whole relay backed off as
+# if the broker were down.  The mock broker shows read_committed consumers
 # the copies of aborted transactions too: each event's latest copy counts.
-# Once the broker allows the topic, its events arrive.
+# Once the broker allows the topics, their events arrive.
 t_eos_stuck_topic_isolated() {
-    local stuck=mock.eos.stuck healthy=mock.eos.stuck.healthy out=$IT_TMP/eos_stuck.tsv pid cpid fast
+    local known=mock.eos.refused unknown=mock.eos.stuck healthy=mock.eos.stuck.healthy
+    local out=$IT_TMP/eos_stuck.tsv pid cpid fast topic
     mock_eos_ready $healthy || return
     pid=$(relay_pid)
     LOG_MARK=$(log_mark)
@@ -388,18 +392,20 @@ t_eos_stuck_topic_isolated() {
     set_setting outbox.backoff_min 2000
     set_setting outbox.backoff_max 8000
     properties_applied "message.timeout.ms=30000"
-    # Known to the relay's producer first: its partition is then added to
-    # the transactions, and the coordinator refuses that.
-    mock create $stuck 1
-    sql "SELECT outbox.enqueue('T', '$stuck-1', '{}', topic => '$stuck', msg_key => 's1')" >/dev/null
-    wait_until 30 "$(all_sent $stuck 1)" || fail "the first event of $stuck was not sent"
-    mock topic-error $stuck 29 # TOPIC_AUTHORIZATION_FAILED
+    mock create $known 1
+    sql "SELECT outbox.enqueue('T', '$known-1', '{}', topic => '$known', msg_key => 'r1')" >/dev/null
+    wait_until 30 "$(all_sent $known 1)" || fail "the first event of $known was not sent"
+    mock topic-error $known 29
+    mock create $unknown 1
+    mock topic-error $unknown 29
     mock_consume $healthy 1000 20000 3000 >"$out" &
     cpid=$!
     for i in $(seq 2 61); do
         sql "SELECT outbox.enqueue('T', '$healthy-$i', '{}', topic => '$healthy', msg_key => 'h$i')" >/dev/null
-        [ $((i % 5)) != 0 ] ||
-            sql "SELECT outbox.enqueue('T', '$stuck-$i', '{}', topic => '$stuck', msg_key => 's$i')" >/dev/null
+        if [ $((i % 5)) = 0 ]; then
+            topic=$known && [ $((i % 10)) = 0 ] && topic=$unknown
+            sql "SELECT outbox.enqueue('T', '$topic-$i', '{}', topic => '$topic', msg_key => 's$i')" >/dev/null
+        fi
         sleep 0.1
     done
     wait "$cpid"
@@ -410,10 +416,12 @@ t_eos_stuck_topic_isolated() {
                   JOIN outbox.event_log l ON l.id = g.event_id
                  WHERE l.biz_key LIKE '$healthy-%'")
     echo "#   $fast of 60 healthy events reached the consumer within 500 ms of their enqueue"
-    [ "$fast" -ge 30 ] || fail "only $fast of 60 healthy events within 500 ms: the stuck topic stalled the others"
-    echo "#   the coordinator refused to add the topic's partition $(log_count 'Failed to add partition') times"
-    mock topic-error $stuck 0
-    got_every_event $stuck "SELECT id FROM outbox.event_log WHERE topic = '$stuck'" 60 "$MOCK_BROKERS"
+    echo "#   the coordinator refused to add a refused topic's partition $(log_count 'Failed to add partition') times"
+    [ "$fast" -ge 30 ] || fail "only $fast of 60 healthy events within 500 ms: the refused topics stalled the others"
+    for topic in $known $unknown; do
+        mock topic-error $topic 0
+        got_every_event $topic "SELECT id FROM outbox.event_log WHERE topic = '$topic'" 60 "$MOCK_BROKERS"
+    done
     relay_steady "$pid"
     reset_properties
     for s in max_attempts backoff_min backoff_max; do reset_setting outbox.$s; done
