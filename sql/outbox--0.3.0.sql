@@ -369,6 +369,7 @@ WITH fresh AS MATERIALIZED (
     SELECT COALESCE(pg_catalog.sum(r.sent_last_minute), 0)::bigint AS sent,
            COALESCE(pg_catalog.sum(r.failed_last_minute), 0)::bigint AS failed
       FROM outbox.relay_status() r
+     WHERE r.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
 )
 SELECT CASE
            WHEN f.n OPERATOR(pg_catalog.<=) 10000 THEN f.unsent

@@ -17,9 +17,20 @@ ALTER SYSTEM SET outbox.delivery = 'exactly-once';
 ALTER SYSTEM SET outbox.progress_topic = 'has space';
 ALTER SYSTEM SET outbox.progress_topic = '';
 
--- Relay settings take effect on reload, not per session.
-SELECT err($$SET outbox.kafka_brokers = 'localhost:9092'$$);
-SELECT err($$SET outbox.batch_size = 0$$);
+-- Relay settings: a database may have its own (ALTER DATABASE ... SET, a
+-- superuser's), checked when set; the Kafka properties, which may hold
+-- secrets, only cluster-wide: every role can read pg_db_role_setting.
+SELECT err($$ALTER DATABASE contrib_regression SET outbox.batch_size = 0$$);
+ALTER DATABASE contrib_regression SET outbox.kafka_brokers = 'localhost:9092';
+ALTER DATABASE contrib_regression SET outbox.delivery = exactly_once;
+SELECT err($$ALTER DATABASE contrib_regression SET outbox.kafka_properties = 'sasl.password=hunter2'$$);
+SELECT err($$ALTER DATABASE contrib_regression SET outbox.database = 'other'$$);
+SELECT split_part(c, '=', 1) AS database_setting
+  FROM pg_db_role_setting, unnest(setconfig) c
+ WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND c LIKE 'outbox.%' ORDER BY 1;
+ALTER DATABASE contrib_regression RESET outbox.kafka_brokers;
+ALTER DATABASE contrib_regression RESET outbox.delivery;
 
 -- Non-superusers can neither read nor list the Kafka properties.
 CREATE ROLE outbox_reader;
@@ -27,6 +38,8 @@ SET ROLE outbox_reader;
 SELECT err($$SHOW outbox.kafka_properties$$);
 SELECT count(*) AS visible FROM pg_settings WHERE name = 'outbox.kafka_properties';
 SELECT err($$SET outbox.max_payload_size = '10MB'$$);
+SELECT err($$SET outbox.kafka_brokers = 'attacker:9092'$$);
+SELECT err($$ALTER DATABASE contrib_regression SET outbox.kafka_brokers = 'attacker:9092'$$);
 -- Where events go, and which topics and consumer names a role may use,
 -- are a superuser's to set.
 SELECT err($$SET outbox.default_topic = '__consumer_offsets'$$);

@@ -1,19 +1,22 @@
 /*
  * launcher.c
- *		The launcher: keeps one relay running for outbox.database, and gets
- *		it out of the way of DROP DATABASE.
+ *		The launcher: keeps one relay running in every database where the
+ *		extension is installed (or only in outbox.database, when set).
  *
- * The launcher is connected to no database, so it can look a database up
- * before anything connects to it: a relay is started only where the
- * database exists, and restarted with a growing delay if it keeps failing,
- * instead of looping through "database does not exist" errors.  It starts
- * once recovery has finished, so a standby relays nothing until promoted.
- * DROP DATABASE of the relayed database stops the relay first and holds
- * the launcher off until the command is over.  It does so only once the
- * checks DROP DATABASE makes before its own wait have passed (the caller
- * owns the database, no transaction block), so that a role without rights
- * cannot stop the relay with a DROP that is refused anyway; and the hold
- * belongs to the dropping process, released however that process ends.
+ * The launcher is connected to no database, so it cannot read another
+ * database's pg_extension: it learns where the extension is by starting a
+ * relay in each database it has not heard of, which leaves at once,
+ * saying so in its slot, where the extension is not installed.  Such a
+ * database gets no relay again until a CREATE EXTENSION outbox commits
+ * somewhere (the committing session wakes the launcher), or
+ * ABSENT_RECHECK_MS has passed.  DROP EXTENSION makes the relay leave the
+ * same way; DROP DATABASE holds the launcher off (utility.c).
+ *
+ * A relay that keeps failing is restarted with a growing delay.  At most
+ * outbox.max_relays relays run, each in a shared-memory slot the launcher
+ * hands out; each also needs a background worker slot, and either limit,
+ * when reached, is said once in the log.  The launcher starts once
+ * recovery has finished, so a standby relays nothing until promoted.
  *
  * src/launcher.c
  */
@@ -26,24 +29,22 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
-#include "commands/dbcommands.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
+#include "nodes/pg_list.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
-#include "tcop/utility.h"
-#include "utils/acl.h"
-#include "utils/guc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
 #include "outbox.h"
 
 PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
@@ -52,32 +53,51 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 #define RELAY_HEALTHY_MS 10000
 #define RELAY_RESTART_MIN_MS 1000
 #define RELAY_RESTART_MAX_MS 60000
+/* How often pg_database is read for new and dropped databases. */
 #define LAUNCHER_CHECK_MS 5000
-/* How long DROP DATABASE waits for the relay to leave. */
-#define HOLD_WAIT_MS 10000
+/* A database without the extension is looked at again after this. */
+#define ABSENT_RECHECK_MS 300000
+/* How long a new launcher waits for the relays of the last to leave. */
+#define ORPHAN_WAIT_MS 10000
 
-static ProcessUtility_hook_type prev_utility_hook = NULL;
-/* Whether this backend registered release_at_exit. */
-static bool release_registered = false;
+/* A database the launcher keeps a relay in, or may. */
+typedef struct Database
+{
+	Oid oid;
+	char name[NAMEDATALEN];
+	bool listed;                   /* seen in pg_database at the last look */
+	BackgroundWorkerHandle *relay; /* NULL: no relay started */
+	int slot;                      /* the relay's slot in outbox_shared */
+	TimestampTz started;
+	TimestampTz next_start; /* no relay before this */
+	int restart_ms;         /* the next delay after a failing relay */
+	bool absent;            /* the last relay found no extension */
+} Database;
 
-static Oid wanted_database(bool *said_missing);
-static Oid lookup_database(const char *name);
-static BackgroundWorkerHandle *start_relay(Oid dboid);
-static bool relay_alive(BackgroundWorkerHandle *relay);
-static void drop_orphan_hold(Oid dboid);
-static Oid database_to_hold(DropdbStmt *stmt, bool isTopLevel);
-static bool relayed_database(Oid dboid);
-static void hold_database(Oid dboid);
-static void release_database(void);
-static void release_at_exit(int code, Datum arg);
-static void outbox_utility(PlannedStmt *pstmt, const char *queryString,
-						   bool readOnlyTree, ProcessUtilityContext context,
-						   ParamListInfo params, QueryEnvironment *queryEnv,
-						   DestReceiver *dest, QueryCompletion *qc);
+static List *databases = NIL;
+static uint32 seen_created = 0;
+/* Said once until a relay starts again: which limit stopped one. */
+static bool said_slots = false;
+static bool said_workers = false;
+
+static void launcher_attach(void);
+static void launcher_detach(int code, Datum arg);
+static void stop_orphans(void);
+static void list_databases(void);
+static bool wanted(Form_pg_database db);
+static Database *find_database(Oid oid);
+static List *list_append_in(MemoryContext context, List *list, void *item);
+static long tend(Database *db, TimestampTz now);
+static void reap(Database *db, TimestampTz now);
+static void forget_unlisted(void);
+static bool held(Oid dboid);
+static void start_relay(Database *db, TimestampTz now);
+static int take_slot(Oid dboid, uint32 *generation);
+static void free_slot(int slot);
 
 /*
- * outbox_launcher_register: register the launcher and the DROP DATABASE
- * hook (preload only).
+ * outbox_launcher_register: register the launcher and the statement hook
+ * (preload only).
  */
 void
 outbox_launcher_register(void)
@@ -95,22 +115,7 @@ outbox_launcher_register(void)
 	snprintf(worker.bgw_type, BGW_MAXLEN, "outbox launcher");
 	RegisterBackgroundWorker(&worker);
 
-	prev_utility_hook = ProcessUtility_hook;
-	ProcessUtility_hook = outbox_utility;
-}
-
-/*
- * outbox_relay_held: whether this relay's database is being dropped.
- */
-bool
-outbox_relay_held(void)
-{
-	bool held;
-
-	SpinLockAcquire(&outbox_shared->mutex);
-	held = outbox_shared->hold_database == MyDatabaseId;
-	SpinLockRelease(&outbox_shared->mutex);
-	return held;
+	outbox_utility_init();
 }
 
 /*
@@ -119,125 +124,312 @@ outbox_relay_held(void)
 void
 outbox_launcher_main(Datum main_arg)
 {
-	BackgroundWorkerHandle *relay = NULL;
-	Oid relay_db = InvalidOid;
-	TimestampTz started = 0;
-	TimestampTz next_start = 0;
-	int restart_ms = RELAY_RESTART_MIN_MS;
-	bool said_missing = false;
+	TimestampTz listed_at = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	launcher_attach();
+	stop_orphans();
 
 	for (;;)
 	{
-		Oid want;
 		TimestampTz now = GetCurrentTimestamp();
+		uint32 created = pg_atomic_read_u32(&outbox_shared->created);
 		long wait_ms = LAUNCHER_CHECK_MS;
+		ListCell *lc;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			said_missing = false;
+			listed_at = 0;
 		}
-		want = wanted_database(&said_missing);
-
-		if (relay != NULL && relay_alive(relay))
+		/* A CREATE EXTENSION committed: look everywhere again. */
+		if (created != seen_created)
 		{
-			if (relay_db != want)
-				TerminateBackgroundWorker(relay);
+			seen_created = created;
+			foreach (lc, databases)
+				((Database *) lfirst(lc))->absent = false;
+			listed_at = 0;
 		}
-		else
+		if (TimestampDifferenceExceeds(listed_at, now, LAUNCHER_CHECK_MS))
 		{
-			if (relay != NULL)
-			{
-				/*
-				 * It stopped: back off if it failed, i.e. did not last in a
-				 * database still wanted.  One stopped because its database
-				 * is being dropped or is no longer outbox.database did not
-				 * fail: counting it would delay the next relay for nothing.
-				 */
-				bool healthy =
-					relay_db != want ||
-					TimestampDifferenceExceeds(started, now, RELAY_HEALTHY_MS);
-
-				restart_ms = healthy
-								 ? RELAY_RESTART_MIN_MS
-								 : Min(restart_ms * 2, RELAY_RESTART_MAX_MS);
-				next_start =
-					TimestampTzPlusMilliseconds(now, healthy ? 0 : restart_ms);
-				pfree(relay);
-				relay = NULL;
-			}
-			if (OidIsValid(want) && now >= next_start)
-			{
-				relay = start_relay(want);
-				relay_db = want;
-				started = now;
-			}
-			else if (OidIsValid(want))
-				wait_ms =
-					Min(wait_ms,
-						TimestampDifferenceMilliseconds(now, next_start) + 1);
+			list_databases();
+			listed_at = now;
 		}
+		foreach (lc, databases)
+			wait_ms = Min(wait_ms, tend((Database *) lfirst(lc), now));
+		forget_unlisted();
 
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 wait_ms, PG_WAIT_EXTENSION);
+						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
 
 /*
- * wanted_database: the OID of outbox.database, or InvalidOid if it does
- * not exist (said once in the log) or is being dropped.
+ * launcher_attach: publish the launcher, so a CREATE EXTENSION can wake
+ * it; undone at exit.
  */
-static Oid
-wanted_database(bool *said_missing)
+static void
+launcher_attach(void)
 {
-	Oid dboid;
-	Oid held;
-
-	dboid = lookup_database(outbox_database);
-
-	if (!OidIsValid(dboid))
-	{
-		if (!*said_missing)
-			ereport(
-				LOG,
-				(errmsg("outbox launcher: database \"%s\" does not exist; no relay runs",
-						outbox_database),
-				 errhint(
-					 "Set outbox.database to the database where CREATE EXTENSION outbox was run, and reload.")));
-		*said_missing = true;
-		return InvalidOid;
-	}
-	drop_orphan_hold(dboid);
-	SpinLockAcquire(&outbox_shared->mutex);
-	held = outbox_shared->hold_database;
-	SpinLockRelease(&outbox_shared->mutex);
-	return held == dboid ? InvalidOid : dboid;
+	pg_atomic_write_u64(&outbox_shared->launcher, (uint64) MyProc);
+	on_shmem_exit(launcher_detach, (Datum) 0);
 }
 
 /*
- * drop_orphan_hold: release a hold on dboid whose holder has exited
- * without releasing it.  Its exit callback should always have done so;
- * this only keeps a hold from outliving its process if that ever fails.
+ * launcher_detach: forget the launcher at its exit.
  */
 static void
-drop_orphan_hold(Oid dboid)
+launcher_detach(int code, Datum arg)
+{
+	pg_atomic_write_u64(&outbox_shared->launcher, 0);
+}
+
+/*
+ * stop_orphans: stop the relays a previous launcher left (it exited on an
+ * error; they run on, but nobody would restart or stop them), wait a
+ * bounded time for them to leave, and free every slot.  Freeing bumps
+ * each slot's generation, so a relay registered by the last launcher and
+ * not yet started cannot take a slot handed out since.
+ */
+static void
+stop_orphans(void)
+{
+	for (int waited = 0; waited <= ORPHAN_WAIT_MS; waited += 100)
+	{
+		bool any = false;
+
+		SpinLockAcquire(&outbox_shared->mutex);
+		for (int i = 0; i < outbox_shared->nslots; i++)
+		{
+			pid_t pid = outbox_shared->slots[i].pid;
+
+			if (pid != 0 && waited == 0)
+				kill(pid, SIGTERM);
+			any |= pid != 0;
+		}
+		SpinLockRelease(&outbox_shared->mutex);
+		if (!any)
+			break;
+		if (waited == ORPHAN_WAIT_MS)
+			ereport(
+				LOG,
+				(errmsg("outbox launcher: relays of the previous launcher did not stop within %d ms",
+						ORPHAN_WAIT_MS)));
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(100000L);
+	}
+	for (int i = 0; i < outbox_shared->nslots; i++)
+		free_slot(i);
+}
+
+/*
+ * list_databases: mark which databases may have a relay, adding those not
+ * known yet.  A heap scan, as the autovacuum launcher does: without a
+ * database of our own only shared catalogs can be read, and not through
+ * their indexes.
+ */
+static void
+list_databases(void)
+{
+	Relation rel;
+	TableScanDesc scan;
+	HeapTuple tup;
+	ListCell *lc;
+
+	foreach (lc, databases)
+		((Database *) lfirst(lc))->listed = false;
+
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database form = (Form_pg_database) GETSTRUCT(tup);
+		Database *db;
+
+		if (!wanted(form))
+			continue;
+		db = find_database(form->oid);
+		if (db == NULL)
+		{
+			db = MemoryContextAllocZero(TopMemoryContext, sizeof(Database));
+			db->oid = form->oid;
+			db->slot = -1;
+			db->restart_ms = RELAY_RESTART_MIN_MS;
+			databases = list_append_in(TopMemoryContext, databases, db);
+		}
+		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
+		db->listed = true;
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * wanted: whether a relay may run in db: a database that takes
+ * connections, no template (CREATE DATABASE copies a template's outbox,
+ * events and all: its events belong to no application), not half dropped,
+ * and the one outbox.database names if it is set.
+ */
+static bool
+wanted(Form_pg_database db)
+{
+	if (!db->datallowconn || db->datistemplate ||
+		db->datconnlimit == DATCONNLIMIT_INVALID_DB)
+		return false;
+	return outbox_database[0] == '\0' ||
+		   strcmp(NameStr(db->datname), outbox_database) == 0;
+}
+
+/*
+ * find_database: what the launcher knows of the database oid, or NULL.
+ */
+static Database *
+find_database(Oid oid)
+{
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *db = (Database *) lfirst(lc);
+
+		if (db->oid == oid)
+			return db;
+	}
+	return NULL;
+}
+
+/*
+ * list_append_in: lappend, with the list's cells in context.
+ */
+static List *
+list_append_in(MemoryContext context, List *list, void *item)
+{
+	MemoryContext old = MemoryContextSwitchTo(context);
+
+	list = lappend(list, item);
+	MemoryContextSwitchTo(old);
+	return list;
+}
+
+/*
+ * tend: keep db's relay running if it should run, stop it if not; return
+ * how long the launcher may sleep as far as db is concerned.
+ */
+static long
+tend(Database *db, TimestampTz now)
+{
+	pid_t pid;
+	bool want;
+
+	if (db->relay != NULL)
+	{
+		BgwHandleStatus status = GetBackgroundWorkerPid(db->relay, &pid);
+
+		if (status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED)
+		{
+			if (!db->listed || held(db->oid))
+				TerminateBackgroundWorker(db->relay);
+			return LAUNCHER_CHECK_MS;
+		}
+		reap(db, now);
+	}
+	if (db->absent &&
+		TimestampDifferenceExceeds(db->next_start, now, ABSENT_RECHECK_MS))
+		db->absent = false;
+	want = db->listed && !db->absent && !held(db->oid);
+	if (want && now >= db->next_start)
+	{
+		start_relay(db, now);
+		return db->relay != NULL ? LAUNCHER_CHECK_MS : RELAY_RESTART_MIN_MS;
+	}
+	if (want)
+		return TimestampDifferenceMilliseconds(now, db->next_start) + 1;
+	return LAUNCHER_CHECK_MS;
+}
+
+/*
+ * reap: db's relay has stopped; free its slot and decide when the next
+ * may start.  One that found no extension waits for a CREATE EXTENSION.
+ * One that did not last, in a database still wanted, failed: the next
+ * waits longer each time.  One stopped because its database is being
+ * dropped or no longer wanted did not fail.
+ */
+static void
+reap(Database *db, TimestampTz now)
+{
+	bool failed;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	db->absent = outbox_shared->slots[db->slot].absent;
+	SpinLockRelease(&outbox_shared->mutex);
+	free_slot(db->slot);
+	pfree(db->relay);
+	db->relay = NULL;
+	db->slot = -1;
+
+	failed = !db->absent && db->listed && !held(db->oid) &&
+			 !TimestampDifferenceExceeds(db->started, now, RELAY_HEALTHY_MS);
+	db->restart_ms = failed ? Min(db->restart_ms * 2, RELAY_RESTART_MAX_MS)
+							: RELAY_RESTART_MIN_MS;
+	db->next_start =
+		failed ? TimestampTzPlusMilliseconds(now, db->restart_ms) : now;
+	if (db->absent && outbox_database[0] != '\0')
+		ereport(
+			LOG,
+			(errmsg("outbox launcher: database \"%s\" has no extension outbox; no relay runs there",
+					db->name),
+			 errhint(
+				 "Run CREATE EXTENSION outbox there, or set outbox.database to the database that has it.")));
+}
+
+/*
+ * forget_unlisted: drop what the launcher knows of databases gone from
+ * pg_database (or no longer wanted) once their relay has stopped.
+ */
+static void
+forget_unlisted(void)
+{
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *db = (Database *) lfirst(lc);
+
+		if (db->listed || db->relay != NULL)
+			continue;
+		databases = foreach_delete_current(databases, lc);
+		pfree(db);
+	}
+}
+
+/*
+ * held: whether a DROP DATABASE of dboid is under way.  A hold whose
+ * holder has exited without releasing it (its exit callback should always
+ * have done so) is released here, so it never outlives its process.
+ */
+static bool
+held(Oid dboid)
 {
 	pid_t holder;
 
 	SpinLockAcquire(&outbox_shared->mutex);
 	holder = outbox_shared->hold_database == dboid ? outbox_shared->hold_pid : 0;
 	SpinLockRelease(&outbox_shared->mutex);
-	if (holder == 0 || BackendPidGetProc(holder) != NULL)
-		return;
+	if (holder == 0)
+		return false;
+	if (BackendPidGetProc(holder) != NULL)
+		return true;
 
 	SpinLockAcquire(&outbox_shared->mutex);
 	if (outbox_shared->hold_pid == holder)
@@ -250,231 +442,106 @@ drop_orphan_hold(Oid dboid)
 		LOG,
 		(errmsg("outbox launcher: released the DROP DATABASE hold of process %d, which has exited",
 				(int) holder)));
+	return false;
 }
 
 /*
- * lookup_database: the OID of the database called name, or InvalidOid.
- * A heap scan, as the autovacuum launcher does: without a database of our
- * own only shared catalogs can be read, and not through their indexes.
+ * start_relay: register a relay process for db in a free slot; it
+ * notifies us when it starts and stops.  Either limit reached is said
+ * once, until a relay starts again.
  */
-static Oid
-lookup_database(const char *name)
-{
-	Relation rel;
-	TableScanDesc scan;
-	HeapTuple tup;
-	Oid dboid = InvalidOid;
-
-	StartTransactionCommand();
-	(void) GetTransactionSnapshot();
-	rel = table_open(DatabaseRelationId, AccessShareLock);
-	scan = table_beginscan_catalog(rel, 0, NULL);
-	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
-	{
-		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
-
-		if (strcmp(NameStr(db->datname), name) == 0)
-		{
-			dboid = db->oid;
-			break;
-		}
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return dboid;
-}
-
-/*
- * start_relay: register a relay process for dboid; it notifies us when it
- * starts and stops.
- */
-static BackgroundWorkerHandle *
-start_relay(Oid dboid)
+static void
+start_relay(Database *db, TimestampTz now)
 {
 	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
+	OutboxRelayStart *start = (OutboxRelayStart *) worker.bgw_extra;
+	uint32 generation;
+	int slot = take_slot(db->oid, &generation);
+
+	db->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_MIN_MS);
+	if (slot < 0)
+	{
+		if (!said_slots)
+			ereport(
+				LOG,
+				(errmsg("outbox launcher: no relay for database \"%s\": outbox.max_relays (%d) relays run",
+						db->name, outbox_max_relays),
+				 errhint(
+					 "Raise outbox.max_relays (and max_worker_processes with it), and restart the server.")));
+		said_slots = true;
+		return;
+	}
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags =
 		BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
+	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
+	start->slot = slot;
+	start->generation = generation;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_relay_main");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "outbox relay");
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	if (!RegisterDynamicBackgroundWorker(&worker, &db->relay))
 	{
-		ereport(
-			LOG,
-			(errmsg("outbox launcher: could not start the relay: no background worker slot free"),
-			 errhint("Raise max_worker_processes.")));
-		return NULL;
-	}
-	return handle;
-}
-
-/*
- * relay_alive: whether the relay is starting or running.
- */
-static bool
-relay_alive(BackgroundWorkerHandle *relay)
-{
-	pid_t pid;
-	BgwHandleStatus status = GetBackgroundWorkerPid(relay, &pid);
-
-	return status == BGWH_STARTED || status == BGWH_NOT_YET_STARTED;
-}
-
-/*
- * outbox_utility: around DROP DATABASE of a database with a relay, stop
- * the relay first so the drop does not fail on its connection; at COMMIT
- * PREPARED, wake the relay when it commits.
- */
-static void
-outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-			   ProcessUtilityContext context, ParamListInfo params,
-			   QueryEnvironment *queryEnv, DestReceiver *dest,
-			   QueryCompletion *qc)
-{
-	Node *stmt = pstmt->utilityStmt;
-	volatile Oid dboid = InvalidOid;
-
-	if (outbox_shared != NULL && IsA(stmt, DropdbStmt))
-		dboid = database_to_hold((DropdbStmt *) stmt,
-								 context == PROCESS_UTILITY_TOPLEVEL);
-	/*
-	 * The prepared transaction may have enqueued: its PREPARE could not
-	 * wake the relay, and the commit happens here, in a session that may
-	 * never have enqueued.  A spurious wake costs the relay one round.
-	 */
-	if (IsA(stmt, TransactionStmt) &&
-		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED)
-		outbox_wake_relay_at_commit();
-
-	if (OidIsValid(dboid))
-		hold_database(dboid);
-	PG_TRY();
-	{
-		if (prev_utility_hook)
-			prev_utility_hook(pstmt, queryString, readOnlyTree, context,
-							  params, queryEnv, dest, qc);
-		else
-			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-									params, queryEnv, dest, qc);
-	}
-	PG_FINALLY();
-	{
-		if (OidIsValid(dboid))
-			release_database();
-	}
-	PG_END_TRY();
-}
-
-/*
- * database_to_hold: the relayed database this DROP DATABASE will drop, or
- * InvalidOid if DROP DATABASE is going to refuse before it waits for
- * other sessions to leave (the same checks, in the same order) or the
- * database has no relay.  Checks made later (template, replication slots,
- * subscriptions) only the owner can fail, who may stop the relay anyway.
- */
-static Oid
-database_to_hold(DropdbStmt *stmt, bool isTopLevel)
-{
-	Oid dboid;
-
-	if (IsInTransactionBlock(isTopLevel))
-		return InvalidOid;
-	dboid = get_database_oid(stmt->dbname, true);
-	if (!OidIsValid(dboid) || dboid == MyDatabaseId)
-		return InvalidOid;
-	if (!database_ownercheck(dboid, GetUserId()))
-		return InvalidOid;
-	return relayed_database(dboid) ? dboid : InvalidOid;
-}
-
-/*
- * relayed_database: whether a relay serves dboid, or the launcher may
- * start one there.  Holding no other database keeps the one hold slot
- * free for the database that matters.
- */
-static bool
-relayed_database(Oid dboid)
-{
-	Oid relay_db;
-
-	SpinLockAcquire(&outbox_shared->mutex);
-	relay_db = outbox_shared->relay_database;
-	SpinLockRelease(&outbox_shared->mutex);
-	return dboid == relay_db || dboid == get_database_oid(outbox_database, true);
-}
-
-/*
- * hold_database: keep the launcher from starting a relay in dboid, stop
- * the one there, and wait (bounded) until it has gone.  The hold is this
- * process's: released by release_database, or at its exit however it
- * ends (a FATAL error skips PG_FINALLY).
- */
-static void
-hold_database(Oid dboid)
-{
-	pid_t relay_pid = 0;
-
-	if (!release_registered)
-	{
-		before_shmem_exit(release_at_exit, (Datum) 0);
-		release_registered = true;
-	}
-	SpinLockAcquire(&outbox_shared->mutex);
-	outbox_shared->hold_database = dboid;
-	outbox_shared->hold_pid = MyProcPid;
-	if (outbox_shared->relay_database == dboid)
-		relay_pid = outbox_shared->relay_pid;
-	SpinLockRelease(&outbox_shared->mutex);
-	if (relay_pid == 0)
+		if (!said_workers)
+			ereport(
+				LOG,
+				(errmsg("outbox launcher: no relay for database \"%s\": no background worker slot free (max_worker_processes = %d)",
+						db->name, max_worker_processes),
+				 errhint(
+					 "Raise max_worker_processes and restart the server: each relay takes one, besides the launcher, parallel queries and replication workers.")));
+		said_workers = true;
+		free_slot(slot);
+		db->relay = NULL;
 		return;
-
-	kill(relay_pid, SIGTERM);
-	for (int waited = 0; waited < HOLD_WAIT_MS; waited += 10)
-	{
-		bool gone;
-
-		SpinLockAcquire(&outbox_shared->mutex);
-		gone = outbox_shared->relay_pid != relay_pid;
-		SpinLockRelease(&outbox_shared->mutex);
-		if (gone)
-			return;
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(10000L);
 	}
+	db->slot = slot;
+	db->started = now;
+	said_slots = false;
+	said_workers = false;
 }
 
 /*
- * release_database: DROP DATABASE is over; let the launcher look again.
- * Only this process's hold: a concurrent DROP may have taken the slot.
+ * take_slot: hand a free slot to dboid's next relay; -1 if none is free.
  */
-static void
-release_database(void)
+static int
+take_slot(Oid dboid, uint32 *generation)
 {
+	int found = -1;
+
 	SpinLockAcquire(&outbox_shared->mutex);
-	if (outbox_shared->hold_pid == MyProcPid)
+	for (int i = 0; i < outbox_shared->nslots && found < 0; i++)
 	{
-		outbox_shared->hold_database = InvalidOid;
-		outbox_shared->hold_pid = 0;
+		OutboxRelaySlot *slot = &outbox_shared->slots[i];
+
+		if (OidIsValid(slot->database))
+			continue;
+		slot->database = dboid;
+		slot->absent = false;
+		*generation = slot->generation;
+		found = i;
 	}
 	SpinLockRelease(&outbox_shared->mutex);
+	return found;
 }
 
 /*
- * release_at_exit: release this process's hold, if it still has one, as
- * the process exits.
+ * free_slot: the slot's relay has stopped (or never started); a relay
+ * registered for it and started late finds another generation and leaves.
  */
 static void
-release_at_exit(int code, Datum arg)
+free_slot(int n)
 {
-	release_database();
+	OutboxRelaySlot *slot = &outbox_shared->slots[n];
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	slot->database = InvalidOid;
+	slot->pid = 0;
+	slot->absent = false;
+	slot->generation++;
+	SpinLockRelease(&outbox_shared->mutex);
 }

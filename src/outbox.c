@@ -41,6 +41,8 @@ PG_MODULE_MAGIC;
 #define DEFAULT_DEDUP_RETENTION_S (7 * 24 * 3600)
 #define DEFAULT_ALERT_DELAY_S 60
 #define MAX_RETENTION_S (INT_MAX / 2)
+#define DEFAULT_MAX_RELAYS 8
+#define MAX_MAX_RELAYS 256
 
 /* Variables */
 
@@ -51,6 +53,7 @@ OutboxNameList *outbox_allowed_consumer_list = NULL;
 static char *allowed_topics = NULL;
 static char *allowed_consumers = NULL;
 char *outbox_database = NULL;
+int outbox_max_relays = DEFAULT_MAX_RELAYS;
 char *outbox_kafka_brokers = NULL;
 char *outbox_kafka_properties = NULL;
 int outbox_delivery = OUTBOX_DELIVERY_AT_LEAST_ONCE;
@@ -106,6 +109,14 @@ _PG_init(void)
 	outbox_redact_init();
 	define_enqueue_settings();
 	define_relay_settings();
+	/* Sizes shared memory: defined, like it, only when preloaded. */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable(
+			"outbox.max_relays",
+			gettext_noop("Most relays running at once, one per database."),
+			gettext_noop("Each also takes one of max_worker_processes."),
+			&outbox_max_relays, DEFAULT_MAX_RELAYS, 1, MAX_MAX_RELAYS,
+			PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("outbox");
 	outbox_wake_init();
 
@@ -167,22 +178,27 @@ define_allowed_settings(void)
 }
 
 /*
- * define_relay_settings: settings read by the launcher and the relay; all
- * take effect on reload.
+ * define_relay_settings: settings read by the launcher and the relays;
+ * all take effect on reload.  Those a database may have its own value of
+ * (ALTER DATABASE ... SET, by a superuser) are PGC_SUSET; the relay runs
+ * no query of a session's, so a session's SET reaches no relay.
+ * outbox.kafka_properties may hold secrets and stays in the configuration
+ * files: every role can read pg_db_role_setting.
  */
 static void
 define_relay_settings(void)
 {
 	DefineCustomStringVariable(
 		"outbox.database",
-		gettext_noop("Database whose outbox the relay sends."), NULL,
-		&outbox_database, "postgres", PGC_SIGHUP, 0, NULL, NULL, NULL);
+		gettext_noop("The only database relayed; empty: every database where "
+					 "the extension is installed."),
+		NULL, &outbox_database, "", PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	DefineCustomStringVariable(
 		"outbox.kafka_brokers",
 		gettext_noop("Kafka bootstrap servers, host:port[,host:port...]."),
 		gettext_noop("Empty: the relay stays idle."), &outbox_kafka_brokers,
-		"", PGC_SIGHUP, 0, NULL, NULL, NULL);
+		"", PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomStringVariable(
 		"outbox.kafka_properties",
@@ -200,7 +216,7 @@ define_relay_settings(void)
 					 "see each event once when they read with "
 					 "isolation.level=read_committed."),
 		&outbox_delivery, OUTBOX_DELIVERY_AT_LEAST_ONCE, delivery_options,
-		PGC_SIGHUP, 0, NULL, NULL, NULL);
+		PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomStringVariable(
 		"outbox.progress_topic",
@@ -208,7 +224,7 @@ define_relay_settings(void)
 					 "relay's progress."),
 		gettext_noop("Created by the relay when missing; one record per "
 					 "relayed database."),
-		&outbox_progress_topic, "outbox_progress", PGC_SIGHUP, 0,
+		&outbox_progress_topic, "outbox_progress", PGC_SUSET, 0,
 		check_progress_topic, NULL, NULL);
 
 	DefineCustomIntVariable(
@@ -216,26 +232,26 @@ define_relay_settings(void)
 		gettext_noop("Failed deliveries after which an event becomes dead."),
 		gettext_noop(
 			"Only failures the broker reports for the event count toward death; timeouts never do."),
-		&outbox_max_attempts, DEFAULT_MAX_ATTEMPTS, 1, 1000, PGC_SIGHUP, 0,
+		&outbox_max_attempts, DEFAULT_MAX_ATTEMPTS, 1, 1000, PGC_SUSET, 0,
 		NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.backoff_min",
 		gettext_noop("Shortest wait before retrying a failed event."), NULL,
 		&outbox_backoff_min, DEFAULT_BACKOFF_MIN_MS, 1, MAX_BACKOFF_MS,
-		PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+		PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.backoff_max",
 		gettext_noop("Longest wait before retrying a failed event."), NULL,
 		&outbox_backoff_max, DEFAULT_BACKOFF_MAX_MS, 1, MAX_BACKOFF_MS,
-		PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+		PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.batch_size",
 		gettext_noop("Most events the relay reads and sends in one batch."),
 		NULL, &outbox_batch_size, DEFAULT_BATCH_SIZE, 1, MAX_BATCH_SIZE,
-		PGC_SIGHUP, 0, NULL, NULL, NULL);
+		PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.max_in_flight_events",
@@ -244,7 +260,7 @@ define_relay_settings(void)
 		gettext_noop(
 			"Several batches are in flight while the oldest is answered."),
 		&outbox_max_in_flight_events, DEFAULT_MAX_IN_FLIGHT_EVENTS, 1,
-		MAX_MAX_IN_FLIGHT_EVENTS, PGC_SIGHUP, 0, NULL, NULL, NULL);
+		MAX_MAX_IN_FLIGHT_EVENTS, PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.max_in_flight_size",
@@ -253,14 +269,14 @@ define_relay_settings(void)
 		gettext_noop("Bounds the relay's memory whatever the payloads: "
 					 "librdkafka holds a copy of each event in flight."),
 		&outbox_max_in_flight_size, DEFAULT_MAX_IN_FLIGHT_SIZE, 1,
-		MAX_MAX_IN_FLIGHT_SIZE, PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
+		MAX_MAX_IN_FLIGHT_SIZE, PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.poll_interval",
 		gettext_noop("Longest the relay sleeps without a commit waking it."),
 		gettext_noop("Commits wake the relay at once; the poll serves retries."),
 		&outbox_poll_interval, DEFAULT_POLL_INTERVAL_MS, 10,
-		MAX_POLL_INTERVAL_MS, PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+		MAX_POLL_INTERVAL_MS, PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.sent_retention",
@@ -269,7 +285,7 @@ define_relay_settings(void)
 		gettext_noop(
 			"Also how long enqueue's idempotency on (biz_type, biz_key) lasts."),
 		&outbox_sent_retention, DEFAULT_SENT_RETENTION_S, 0, MAX_RETENTION_S,
-		PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+		PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.dedup_retention",
@@ -277,14 +293,14 @@ define_relay_settings(void)
 			"How long consumer claims are kept before the relay removes them."),
 		gettext_noop("Must exceed how long Kafka can redeliver an event."),
 		&outbox_dedup_retention, DEFAULT_DEDUP_RETENTION_S, 0, MAX_RETENTION_S,
-		PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+		PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.alert_delay",
 		gettext_noop("Age of the oldest unsent event that makes the relay warn."),
 		gettext_noop("0 turns the warning off."), &outbox_alert_delay,
-		DEFAULT_ALERT_DELAY_S, 0, MAX_RETENTION_S, PGC_SIGHUP, GUC_UNIT_S,
-		NULL, NULL, NULL);
+		DEFAULT_ALERT_DELAY_S, 0, MAX_RETENTION_S, PGC_SUSET, GUC_UNIT_S, NULL,
+		NULL, NULL);
 }
 
 /*

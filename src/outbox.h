@@ -64,26 +64,48 @@ typedef struct OutboxSecond
 	uint64 failed;
 } OutboxSecond;
 
-/* Shared memory: one struct for the cluster. */
-typedef struct OutboxShared
+/*
+ * One relay's place in shared memory.  The launcher takes a free slot for
+ * a database and frees it once that relay has stopped; the relay fills in
+ * the rest while it runs.
+ */
+typedef struct OutboxRelaySlot
 {
-	slock_t mutex; /* protects the pid and database fields */
-	pid_t relay_pid;
-	Oid relay_database;
-	Oid hold_database;           /* DROP DATABASE under way: no relay here */
-	pid_t hold_pid;              /* the process running that DROP DATABASE */
-	pg_atomic_uint64 relay_proc; /* PGPROC of the relay, 0 if none */
-	volatile OutboxRelayState relay_state;
+	Oid database;          /* InvalidOid: the slot is free */
+	uint32 generation;     /* bumped each time the slot is freed */
+	pid_t pid;             /* 0 until the relay attaches */
+	bool absent;           /* the relay found no extension here */
+	pg_atomic_uint64 proc; /* PGPROC of the relay, 0 if none */
+	volatile OutboxRelayState state;
 	pg_atomic_uint64 sent_total;
 	pg_atomic_uint64 failed_total;
 	pg_atomic_uint64 retried_total;
-	/* The rest is protected by mutex. */
+	/* The rest is protected by OutboxShared.mutex. */
 	TimestampTz started_at;
 	TimestampTz last_batch_at;
 	TimestampTz last_error_at;
 	char last_error[OUTBOX_ERROR_LEN];
 	char broker_state[16];
 	OutboxSecond seconds[OUTBOX_MINUTE_SLOTS];
+} OutboxRelaySlot;
+
+/* What the launcher tells a relay it starts (in bgw_extra). */
+typedef struct OutboxRelayStart
+{
+	int slot;
+	uint32 generation;
+} OutboxRelayStart;
+
+/* Shared memory: one struct for the cluster. */
+typedef struct OutboxShared
+{
+	slock_t mutex;             /* protects the slots' and holds' fields */
+	Oid hold_database;         /* DROP DATABASE under way: no relay here */
+	pid_t hold_pid;            /* the process running that DROP DATABASE */
+	pg_atomic_uint64 launcher; /* PGPROC of the launcher, 0 if none */
+	pg_atomic_uint32 created;  /* CREATE EXTENSION commits, counted */
+	int nslots;                /* outbox.max_relays */
+	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
 /* A parsed outbox.allowed_topics or outbox.allowed_consumers. */
@@ -96,6 +118,7 @@ extern int outbox_max_payload_size;
 extern OutboxNameList *outbox_allowed_topic_list;
 extern OutboxNameList *outbox_allowed_consumer_list;
 extern char *outbox_database;
+extern int outbox_max_relays;
 extern char *outbox_kafka_brokers;
 extern char *outbox_kafka_properties;
 /* outbox.delivery */
@@ -117,11 +140,14 @@ extern int outbox_alert_delay;
 /* Shared memory and wake-up at commit (shmem.c) */
 
 extern OutboxShared *outbox_shared;
+extern OutboxRelaySlot *outbox_my_relay;
 extern void outbox_shmem_init(void);
 extern void outbox_wake_init(void);
 extern void outbox_wake_relay_at_commit(void);
+extern void outbox_wake_launcher_at_commit(void);
 extern void outbox_wake_relay(void);
-extern void outbox_relay_attach(void);
+extern void outbox_relay_attach(const OutboxRelayStart *start);
+extern void outbox_relay_absent(void);
 
 /* The relay's status in shared memory (status.c) */
 
@@ -129,6 +155,8 @@ extern void outbox_status_started(void);
 extern void outbox_status_state(OutboxRelayState state);
 extern void outbox_status_error(const char *error);
 extern void outbox_status_batch(uint64 sent, uint64 failed);
+extern void outbox_status_totals(uint64 sent, uint64 failed, uint64 retried);
+extern OutboxRelayState outbox_status_current(void);
 extern void outbox_status_broker(const char *state);
 
 /* Keeping outbox.kafka_properties out of the log (redact.c) */
@@ -139,6 +167,10 @@ extern void outbox_redact_activity(void);
 /* Launcher (launcher.c) */
 
 extern void outbox_launcher_register(void);
+
+/* The statement hook (utility.c) */
+
+extern void outbox_utility_init(void);
 extern bool outbox_relay_held(void);
 
 /* Input checks (validate.c) */

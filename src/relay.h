@@ -16,6 +16,7 @@
  *	 batch.c		a batch: its rows as messages, the settings it was read with
  *	 event_state.c	rows of outbox.event_state: failures, backoff, death
  *	 step.c			the transaction bracket around every step
+ *	 db_settings.c	what ALTER DATABASE ... SET gave the relay
  *	 kafka.c		librdkafka, and nothing above it
  *	 kafka_txn.c	librdkafka's transactions and the progress topic
  *
@@ -139,7 +140,11 @@ typedef struct RelayTally
 /* step.c */
 extern bool relay_begin(const char *activity);
 extern bool relay_recreated(void);
+extern bool relay_extension_absent(void);
+extern bool relay_extension_installed(void);
 extern bool relay_needs_update(void);
+/* db_settings.c */
+extern char *relay_db_settings(void);
 extern void relay_commit(void);
 extern const char *relay_activity(void);
 extern bool relay_pause_set(void);

@@ -3,10 +3,12 @@
  *		Shared memory: what the launcher, the relay and the backends that
  *		enqueue need to know of each other.
  *
- * A backend that enqueued wakes the relay when its transaction commits:
- * an XactCallback sets the relay's latch.  SetLatch is a no-op while the
+ * A backend that enqueued wakes its database's relay when its transaction
+ * commits: an XactCallback sets the relay's latch.  SetLatch is a no-op while the
  * latch is already set, so a burst of commits costs the relay one wake-up,
- * and nothing is sent on every commit the way NOTIFY would.
+ * and nothing is sent on every commit the way NOTIFY would.  CREATE
+ * EXTENSION wakes the launcher the same way, so that the new database's
+ * relay starts at once.
  *
  * src/shmem.c
  */
@@ -24,15 +26,22 @@
 #include "outbox.h"
 
 OutboxShared *outbox_shared = NULL;
+/* In a relay: its slot. */
+OutboxRelaySlot *outbox_my_relay = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool wake_at_commit = false;
+static bool launcher_at_commit = false;
+/* The slot of this database's relay, as last found (a hint). */
+static int relay_hint = 0;
 
 static void shmem_request(void);
 static void shmem_startup(void);
 static void wake_on_commit(XactEvent event, void *arg);
 static void relay_detach(int code, Datum arg);
+static Size shmem_size(void);
+static void wake_launcher(void);
 
 /*
  * outbox_shmem_init: chain the shared-memory hooks (preload only).
@@ -66,45 +75,110 @@ outbox_wake_relay_at_commit(void)
 }
 
 /*
- * outbox_wake_relay: set the relay's latch, if there is a relay.
+ * outbox_wake_launcher_at_commit: wake the launcher if the current
+ * transaction commits (it created the extension).
+ */
+void
+outbox_wake_launcher_at_commit(void)
+{
+	launcher_at_commit = true;
+}
+
+/*
+ * outbox_wake_relay: set the latch of this database's relay, if it has
+ * one.  The slots are few; the last one found is looked at first.
  */
 void
 outbox_wake_relay(void)
 {
-	PGPROC *relay;
-
 	if (outbox_shared == NULL)
 		return;
-	relay = (PGPROC *) pg_atomic_read_u64(&outbox_shared->relay_proc);
-	if (relay != NULL)
+	for (int i = 0; i < outbox_shared->nslots; i++)
+	{
+		int n = (relay_hint + i) % outbox_shared->nslots;
+		OutboxRelaySlot *slot = &outbox_shared->slots[n];
+		PGPROC *relay;
+
+		if (slot->database != MyDatabaseId)
+			continue;
+		relay = (PGPROC *) pg_atomic_read_u64(&slot->proc);
+		if (relay == NULL)
+			continue;
+		relay_hint = n;
 		SetLatch(&relay->procLatch);
+		return;
+	}
 }
 
 /*
- * outbox_relay_attach: publish this process as the relay, so commits and
- * operators can wake it; undone at exit.
+ * wake_launcher: set the launcher's latch, if it runs, and have it look
+ * for databases where the extension was created.
+ */
+static void
+wake_launcher(void)
+{
+	PGPROC *launcher;
+
+	if (outbox_shared == NULL)
+		return;
+	pg_atomic_fetch_add_u32(&outbox_shared->created, 1);
+	launcher = (PGPROC *) pg_atomic_read_u64(&outbox_shared->launcher);
+	if (launcher != NULL)
+		SetLatch(&launcher->procLatch);
+}
+
+/*
+ * outbox_relay_attach: publish this process as the relay of the slot the
+ * launcher gave it, so commits and operators can wake it; undone at exit.
+ * A relay whose slot was freed before it started leaves.
  */
 void
-outbox_relay_attach(void)
+outbox_relay_attach(const OutboxRelayStart *start)
 {
+	OutboxRelaySlot *slot;
+	bool ours;
+
+	if (start->slot < 0 || start->slot >= outbox_shared->nslots)
+		elog(ERROR, "outbox relay: no slot %d", start->slot);
+	slot = &outbox_shared->slots[start->slot];
 	SpinLockAcquire(&outbox_shared->mutex);
-	outbox_shared->relay_pid = MyProcPid;
-	outbox_shared->relay_database = MyDatabaseId;
+	ours = slot->database == MyDatabaseId &&
+		   slot->generation == start->generation && slot->pid == 0;
+	if (ours)
+		slot->pid = MyProcPid;
 	SpinLockRelease(&outbox_shared->mutex);
-	pg_atomic_write_u64(&outbox_shared->relay_proc, (uint64) MyProc);
+	/* Started after its launcher gave the slot up: not wanted any more. */
+	if (!ours)
+		proc_exit(0);
+	outbox_my_relay = slot;
+	pg_atomic_write_u64(&slot->proc, (uint64) MyProc);
 	on_shmem_exit(relay_detach, (Datum) 0);
 }
 
 /*
- * relay_detach: forget the relay at its exit.
+ * outbox_relay_absent: tell the launcher the extension is not (or no
+ * longer) installed here, so it starts no relay again until a CREATE
+ * EXTENSION; then exit.
+ */
+void
+outbox_relay_absent(void)
+{
+	SpinLockAcquire(&outbox_shared->mutex);
+	outbox_my_relay->absent = true;
+	SpinLockRelease(&outbox_shared->mutex);
+	proc_exit(0);
+}
+
+/*
+ * relay_detach: forget the relay at its exit.  The launcher frees the
+ * slot once it sees the process gone.
  */
 static void
 relay_detach(int code, Datum arg)
 {
-	pg_atomic_write_u64(&outbox_shared->relay_proc, 0);
+	pg_atomic_write_u64(&outbox_my_relay->proc, 0);
 	SpinLockAcquire(&outbox_shared->mutex);
-	outbox_shared->relay_pid = 0;
-	outbox_shared->relay_database = InvalidOid;
+	outbox_my_relay->pid = 0;
 	SpinLockRelease(&outbox_shared->mutex);
 }
 
@@ -121,11 +195,15 @@ wake_on_commit(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (wake_at_commit)
 				outbox_wake_relay();
+			if (launcher_at_commit)
+				wake_launcher();
 			wake_at_commit = false;
+			launcher_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_at_commit = false;
+			launcher_at_commit = false;
 			break;
 		case XACT_EVENT_PREPARE:
 			/*
@@ -134,10 +212,21 @@ wake_on_commit(XactEvent event, void *arg)
 			 * next commit.  COMMIT PREPARED wakes it (see outbox_utility).
 			 */
 			wake_at_commit = false;
+			launcher_at_commit = false;
 			break;
 		default:
 			break;
 	}
+}
+
+/*
+ * shmem_size: the struct and one slot per relay.
+ */
+static Size
+shmem_size(void)
+{
+	return add_size(offsetof(OutboxShared, slots),
+					mul_size(outbox_max_relays, sizeof(OutboxRelaySlot)));
 }
 
 /*
@@ -148,7 +237,7 @@ shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
+	RequestAddinShmemSpace(MAXALIGN(shmem_size()));
 }
 
 /*
@@ -163,15 +252,23 @@ shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	outbox_shared = ShmemInitStruct("outbox", sizeof(OutboxShared), &found);
+	outbox_shared = ShmemInitStruct("outbox", shmem_size(), &found);
 	if (!found)
 	{
-		memset(outbox_shared, 0, sizeof(OutboxShared));
+		memset(outbox_shared, 0, shmem_size());
 		SpinLockInit(&outbox_shared->mutex);
-		pg_atomic_init_u64(&outbox_shared->relay_proc, 0);
-		pg_atomic_init_u64(&outbox_shared->sent_total, 0);
-		pg_atomic_init_u64(&outbox_shared->failed_total, 0);
-		pg_atomic_init_u64(&outbox_shared->retried_total, 0);
+		pg_atomic_init_u64(&outbox_shared->launcher, 0);
+		pg_atomic_init_u32(&outbox_shared->created, 0);
+		outbox_shared->nslots = outbox_max_relays;
+		for (int i = 0; i < outbox_max_relays; i++)
+		{
+			OutboxRelaySlot *slot = &outbox_shared->slots[i];
+
+			pg_atomic_init_u64(&slot->proc, 0);
+			pg_atomic_init_u64(&slot->sent_total, 0);
+			pg_atomic_init_u64(&slot->failed_total, 0);
+			pg_atomic_init_u64(&slot->retried_total, 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -1,20 +1,26 @@
 /*
  * status.c
- *		The relay's status in shared memory: written by the relay, read by
- *		outbox.relay_status() and the outbox.stats view.
+ *		The relays' status in shared memory: each relay writes its own
+ *		slot; outbox.relay_status() reads them all, the outbox.stats view
+ *		its database's.
  *
  * Counts for the last minute are kept per second in a ring of 60 slots, so
- * "sent in the last minute" costs no table writes and no scan.
+ * "sent in the last minute" costs no table writes and no scan.  A relay's
+ * last error may quote its topics and brokers: it is shown to sessions of
+ * the relay's own database and to pg_read_all_stats, as pg_stat_activity
+ * shows a query only to its own role and to that role.
  *
  * src/status.c
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -36,7 +42,9 @@ static const char *const state_names[] = {
 };
 
 static int64 unix_second(TimestampTz t);
-static void last_minute(int64 now, uint64 *sent, uint64 *failed);
+static void status_row(ReturnSetInfo *rsinfo, int n, bool all_errors);
+static void last_minute(const OutboxRelaySlot *slot, int64 now, uint64 *sent,
+						uint64 *failed);
 static Datum nullable_time(TimestampTz t, bool *isnull);
 
 PG_FUNCTION_INFO_V1(outbox_relay_status);
@@ -48,19 +56,20 @@ PG_FUNCTION_INFO_V1(outbox_wake_at_commit);
 void
 outbox_status_started(void)
 {
+	OutboxRelaySlot *me = outbox_my_relay;
+
 	SpinLockAcquire(&outbox_shared->mutex);
-	outbox_shared->started_at = GetCurrentTimestamp();
-	outbox_shared->last_batch_at = 0;
-	outbox_shared->last_error_at = 0;
-	outbox_shared->last_error[0] = '\0';
-	strlcpy(outbox_shared->broker_state, "unknown",
-			sizeof(outbox_shared->broker_state));
-	memset(outbox_shared->seconds, 0, sizeof(outbox_shared->seconds));
-	outbox_shared->relay_state = RELAY_STATE_STARTING;
+	me->started_at = GetCurrentTimestamp();
+	me->last_batch_at = 0;
+	me->last_error_at = 0;
+	me->last_error[0] = '\0';
+	strlcpy(me->broker_state, "unknown", sizeof(me->broker_state));
+	memset(me->seconds, 0, sizeof(me->seconds));
+	me->state = RELAY_STATE_STARTING;
 	SpinLockRelease(&outbox_shared->mutex);
-	pg_atomic_write_u64(&outbox_shared->sent_total, 0);
-	pg_atomic_write_u64(&outbox_shared->failed_total, 0);
-	pg_atomic_write_u64(&outbox_shared->retried_total, 0);
+	pg_atomic_write_u64(&me->sent_total, 0);
+	pg_atomic_write_u64(&me->failed_total, 0);
+	pg_atomic_write_u64(&me->retried_total, 0);
 }
 
 /*
@@ -69,7 +78,16 @@ outbox_status_started(void)
 void
 outbox_status_state(OutboxRelayState state)
 {
-	outbox_shared->relay_state = state;
+	outbox_my_relay->state = state;
+}
+
+/*
+ * outbox_status_current: what the relay published it is doing.
+ */
+OutboxRelayState
+outbox_status_current(void)
+{
+	return outbox_my_relay->state;
 }
 
 /*
@@ -79,8 +97,8 @@ void
 outbox_status_error(const char *error)
 {
 	SpinLockAcquire(&outbox_shared->mutex);
-	strlcpy(outbox_shared->last_error, error, OUTBOX_ERROR_LEN);
-	outbox_shared->last_error_at = GetCurrentTimestamp();
+	strlcpy(outbox_my_relay->last_error, error, OUTBOX_ERROR_LEN);
+	outbox_my_relay->last_error_at = GetCurrentTimestamp();
 	SpinLockRelease(&outbox_shared->mutex);
 }
 
@@ -91,8 +109,8 @@ void
 outbox_status_broker(const char *state)
 {
 	SpinLockAcquire(&outbox_shared->mutex);
-	strlcpy(outbox_shared->broker_state, state,
-			sizeof(outbox_shared->broker_state));
+	strlcpy(outbox_my_relay->broker_state, state,
+			sizeof(outbox_my_relay->broker_state));
 	SpinLockRelease(&outbox_shared->mutex);
 }
 
@@ -104,7 +122,7 @@ outbox_status_batch(uint64 sent, uint64 failed)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int64 second = unix_second(now);
-	OutboxSecond *slot = &outbox_shared->seconds[second % OUTBOX_MINUTE_SLOTS];
+	OutboxSecond *slot = &outbox_my_relay->seconds[second % OUTBOX_MINUTE_SLOTS];
 
 	SpinLockAcquire(&outbox_shared->mutex);
 	if (slot->second != second)
@@ -116,57 +134,87 @@ outbox_status_batch(uint64 sent, uint64 failed)
 	slot->sent += sent;
 	slot->failed += failed;
 	if (sent > 0)
-		outbox_shared->last_batch_at = now;
+		outbox_my_relay->last_batch_at = now;
 	SpinLockRelease(&outbox_shared->mutex);
 }
 
 /*
+ * outbox_status_totals: add a round's deliveries to the relay's totals.
+ */
+void
+outbox_status_totals(uint64 sent, uint64 failed, uint64 retried)
+{
+	pg_atomic_fetch_add_u64(&outbox_my_relay->sent_total, sent);
+	pg_atomic_fetch_add_u64(&outbox_my_relay->failed_total, failed);
+	pg_atomic_fetch_add_u64(&outbox_my_relay->retried_total, retried);
+}
+
+/*
  * outbox_relay_status: SQL outbox.relay_status(): one row per running
- * relay (none when the extension is not preloaded or no relay runs).
+ * relay, of every database (none when the extension is not preloaded or
+ * no relay runs).
  */
 Datum
 outbox_relay_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum values[STATUS_COLUMNS];
-	bool nulls[STATUS_COLUMNS] = {0};
-	OutboxShared copy;
-	uint64 sent_minute;
-	uint64 failed_minute;
+	bool all_errors;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (outbox_shared == NULL)
 		PG_RETURN_VOID();
+	all_errors = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	for (int i = 0; i < outbox_shared->nslots; i++)
+		status_row(rsinfo, i, all_errors);
+	PG_RETURN_VOID();
+}
+
+/*
+ * status_row: slot n's row, if a relay runs there; its last error only to
+ * its own database's sessions unless all_errors.
+ */
+static void
+status_row(ReturnSetInfo *rsinfo, int n, bool all_errors)
+{
+	OutboxRelaySlot *slot = &outbox_shared->slots[n];
+	OutboxRelaySlot copy;
+	Datum values[STATUS_COLUMNS];
+	bool nulls[STATUS_COLUMNS] = {0};
+	uint64 sent_minute;
+	uint64 failed_minute;
+	char *dbname;
 
 	SpinLockAcquire(&outbox_shared->mutex);
-	memcpy(&copy, outbox_shared, sizeof(copy));
+	memcpy(&copy, slot, sizeof(copy));
 	SpinLockRelease(&outbox_shared->mutex);
-	if (copy.relay_pid == 0)
-		PG_RETURN_VOID();
+	if (copy.pid == 0)
+		return;
+	if (!all_errors && copy.database != MyDatabaseId)
+	{
+		copy.last_error[0] = '\0';
+		copy.last_error_at = 0;
+	}
 
-	last_minute(unix_second(GetCurrentTimestamp()), &sent_minute,
+	last_minute(slot, unix_second(GetCurrentTimestamp()), &sent_minute,
 				&failed_minute);
-	values[0] = Int32GetDatum(copy.relay_pid);
-	values[1] = CStringGetDatum(get_database_name(copy.relay_database));
-	nulls[1] = (values[1] == (Datum) 0);
-	values[1] = nulls[1] ? (Datum) 0 : DirectFunctionCall1(namein, values[1]);
-	values[2] = CStringGetTextDatum(state_names[copy.relay_state]);
+	dbname = get_database_name(copy.database);
+	values[0] = Int32GetDatum(copy.pid);
+	nulls[1] = (dbname == NULL);
+	values[1] = nulls[1] ? (Datum) 0
+						 : DirectFunctionCall1(namein, CStringGetDatum(dbname));
+	values[2] = CStringGetTextDatum(state_names[copy.state]);
 	values[3] = CStringGetTextDatum(copy.broker_state);
 	values[4] = nullable_time(copy.started_at, &nulls[4]);
 	values[5] = nullable_time(copy.last_batch_at, &nulls[5]);
 	values[6] = CStringGetTextDatum(copy.last_error);
 	nulls[6] = (copy.last_error[0] == '\0');
 	values[7] = nullable_time(copy.last_error_at, &nulls[7]);
-	values[8] =
-		Int64GetDatum((int64) pg_atomic_read_u64(&outbox_shared->sent_total));
-	values[9] =
-		Int64GetDatum((int64) pg_atomic_read_u64(&outbox_shared->failed_total));
-	values[10] =
-		Int64GetDatum((int64) pg_atomic_read_u64(&outbox_shared->retried_total));
+	values[8] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->sent_total));
+	values[9] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->failed_total));
+	values[10] = Int64GetDatum((int64) pg_atomic_read_u64(&slot->retried_total));
 	values[11] = Int64GetDatum((int64) sent_minute);
 	values[12] = Int64GetDatum((int64) failed_minute);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	PG_RETURN_VOID();
 }
 
 /*
@@ -190,17 +238,17 @@ unix_second(TimestampTz t)
 }
 
 /*
- * last_minute: deliveries counted in the 60 seconds up to now.
+ * last_minute: relay's deliveries counted in the 60 seconds up to now.
  */
 static void
-last_minute(int64 now, uint64 *sent, uint64 *failed)
+last_minute(const OutboxRelaySlot *relay, int64 now, uint64 *sent, uint64 *failed)
 {
 	*sent = 0;
 	*failed = 0;
 	SpinLockAcquire(&outbox_shared->mutex);
 	for (int i = 0; i < OUTBOX_MINUTE_SLOTS; i++)
 	{
-		OutboxSecond *slot = &outbox_shared->seconds[i];
+		const OutboxSecond *slot = &relay->seconds[i];
 
 		if (slot->second > now - OUTBOX_MINUTE_SLOTS && slot->second <= now)
 		{

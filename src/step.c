@@ -41,6 +41,9 @@ static bool version_said = false;
 /* Set when the extension was created again; taken by relay_recreated. */
 static bool recreated = false;
 
+/* Whether the last step found no extension at all. */
+static bool absent = false;
+
 /* What the current step is doing, as pg_stat_activity shows it. */
 static const char *current_activity = "";
 
@@ -70,8 +73,9 @@ relay_begin(const char *activity)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	ext = get_extension_oid("outbox", true);
-	if (!OidIsValid(ext) || !ConditionalLockDatabaseObject(
-								ExtensionRelationId, ext, 0, AccessShareLock))
+	absent = !OidIsValid(ext);
+	if (absent || !ConditionalLockDatabaseObject(ExtensionRelationId, ext, 0,
+												 AccessShareLock))
 	{
 		CommitTransactionCommand();
 		return false;
@@ -143,6 +147,31 @@ version_current(Oid ext)
 		version_said = true;
 	}
 	return false;
+}
+
+/*
+ * relay_extension_absent: whether the last step found the extension not
+ * installed (dropped, or never created): the relay has nothing to do here.
+ */
+bool
+relay_extension_absent(void)
+{
+	return absent;
+}
+
+/*
+ * relay_extension_installed: whether the extension is installed here, as
+ * a relay asks once as it starts.
+ */
+bool
+relay_extension_installed(void)
+{
+	bool installed;
+
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("outbox", true));
+	CommitTransactionCommand();
+	return installed;
 }
 
 /*

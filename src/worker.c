@@ -48,6 +48,12 @@
 /* Steps whose lock waits are said apart: relaying, retention, alert. */
 #define RELAY_GUARDED_STEPS 4
 
+/*
+ * How often an idle relay makes sure the extension is still installed:
+ * DROP EXTENSION wakes it, but a relay with nothing to read may not look.
+ */
+#define PRESENCE_CHECK_MS 5000
+
 /* Longest a changed producer waits for its batches before it is remade. */
 #define DRAIN_MS 5000
 
@@ -90,6 +96,7 @@ static char *used_properties = NULL;
 static int used_delivery = -1;
 static char *used_progress_topic = NULL;
 static bool wait_for_reload = false; /* settings unusable as they are */
+static char *db_settings = NULL;     /* ALTER DATABASE's, as at start */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
 static bool started = false; /* 'sending' rows of the last relay reset */
 static TimestampTz drain_since = 0; /* the producer waits to be remade */
@@ -97,6 +104,7 @@ static TimestampTz remake_at = 0;   /* after a fatal error: not before */
 static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
 static TimestampTz read_at = 0;     /* first sends: last read */
+static TimestampTz present_at = 0;  /* the extension was last seen */
 static bool read_wanted = true;     /* a commit may wait to be read */
 static int read_gap_ms = 0;         /* the next read waits this long */
 static int64 rate_taken = 0;        /* events read since rate_since */
@@ -120,6 +128,7 @@ static void settle(Round *round, TimestampTz now);
 static void read_more(Round *round, TimestampTz now);
 static bool read_paused(RelayRead read, bool was);
 static void housekeeping(TimestampTz now);
+static void leave_if_absent(TimestampTz now);
 static void after_round(const Round *round, TimestampTz now);
 static int wait_ms(const Round *round, TimestampTz now);
 static int gap_for(RelayRead read, int taken, TimestampTz now);
@@ -145,9 +154,12 @@ outbox_relay_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
 											  InvalidOid, 0);
+	outbox_relay_attach((OutboxRelayStart *) MyBgworkerEntry->bgw_extra);
+	if (!relay_extension_installed())
+		outbox_relay_absent();
 	pin_settings();
+	db_settings = relay_db_settings();
 	relay_flight_init();
-	outbox_relay_attach();
 	outbox_status_started();
 	on_proc_exit(stop_producer, (Datum) 0);
 	log_start();
@@ -185,6 +197,7 @@ outbox_relay_main(Datum main_arg)
 			read_wanted = true; /* what was given up is read again */
 		}
 		outbox_kafka_serve();
+		leave_if_absent(now);
 		after_round(&round, now);
 		if (!round.worked)
 			housekeeping(now);
@@ -267,14 +280,28 @@ pin_settings(void)
 }
 
 /*
- * apply_reload: serve a pending reload; here only, between rounds.
+ * apply_reload: serve a pending reload; here only, between rounds.  The
+ * database's own settings are not reloaded by the server: when they
+ * changed, the relay restarts to take them (db_settings.c).
  */
 static void
 apply_reload(void)
 {
+	char *now_set;
+
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	wait_for_reload = false;
+	now_set = relay_db_settings();
+	if (strcmp(now_set, db_settings) != 0)
+	{
+		ereport(
+			LOG,
+			(errmsg(
+				"outbox relay: the outbox settings of this database changed; the relay restarts to apply them")));
+		proc_exit(0);
+	}
+	pfree(now_set);
 }
 
 /*
@@ -663,6 +690,22 @@ housekeeping(TimestampTz now)
 }
 
 /*
+ * leave_if_absent: end the relay where the extension is no longer
+ * installed (the launcher starts none here until CREATE EXTENSION); asked
+ * of the catalog every PRESENCE_CHECK_MS if no step found it out.
+ */
+static void
+leave_if_absent(TimestampTz now)
+{
+	if (!relay_extension_absent() &&
+		!TimestampDifferenceExceeds(present_at, now, PRESENCE_CHECK_MS))
+		return;
+	if (relay_extension_absent() || !relay_extension_installed())
+		outbox_relay_absent();
+	present_at = now;
+}
+
+/*
  * after_round: publish what the round did, back off from an unreachable
  * broker, and say when Kafka stops or starts acknowledging.
  */
@@ -673,9 +716,7 @@ after_round(const Round *round, TimestampTz now)
 	TimestampTz ack = outbox_kafka_last_ack();
 	const char *problem;
 
-	pg_atomic_fetch_add_u64(&outbox_shared->sent_total, tally.sent);
-	pg_atomic_fetch_add_u64(&outbox_shared->failed_total, tally.failed);
-	pg_atomic_fetch_add_u64(&outbox_shared->retried_total, tally.retried);
+	outbox_status_totals(tally.sent, tally.failed, tally.retried);
 	if (tally.sent + tally.failed > 0)
 		outbox_status_batch(tally.sent, tally.failed);
 	if (tally.error != NULL)
@@ -701,7 +742,7 @@ after_round(const Round *round, TimestampTz now)
 		log_stall(true);
 	}
 
-	if (outbox_shared->relay_state == RELAY_STATE_WAITING_FOR_LOCK &&
+	if (outbox_status_current() == RELAY_STATE_WAITING_FOR_LOCK &&
 		!round->worked && !relay_flight_idle())
 		return;
 	if (round->paused && relay_flight_empty())

@@ -340,8 +340,9 @@ t_reload() {
     ! log_since "$start" | grep -q 'TopSecret' || fail "a secret from outbox.kafka_properties is in the server log"
 }
 
-# DROP EXTENSION is not blocked by the relay, which idles until the
-# extension is back; DROP DATABASE of another database is not blocked.
+# DROP EXTENSION is not blocked by the relay, which leaves until CREATE
+# EXTENSION brings one back; DROP DATABASE of another database is not
+# blocked.
 t_drop_extension() {
     local topic=it.drop out=$IT_TMP/drop.tsv
     sql "CREATE DATABASE outbox_other" && timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP DATABASE outbox_other" \

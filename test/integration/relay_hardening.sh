@@ -249,11 +249,13 @@ reload_in_retry_wait() {
 
 # --- the extension recreated under a batch in flight (mock broker) -------
 
-# DROP EXTENSION and CREATE EXTENSION while first sends, then a retry, wait
-# for a slow broker; the new extension's events get the ids of the batch
-# in flight (it numbers from 1; setval stands for the ids meeting).  The
-# relay starts clean: no error, no restart, every new event arrives with no
-# failure state of the old ones.
+# DROP EXTENSION and CREATE EXTENSION, in one transaction, while first
+# sends, then a retry, wait for a slow broker; the new extension's events
+# get the ids of the batch in flight (it numbers from 1; setval stands for
+# the ids meeting).  The relay never sees the extension missing, so it
+# stays (apart, DROP EXTENSION ends it: multi_database), and starts clean:
+# no error, no restart, every new event arrives with no failure state of
+# the old ones.
 t_extension_recreated_in_flight() {
     local topic=mock.recreate pid
     mock create $topic.old 1
@@ -282,14 +284,14 @@ t_extension_recreated_in_flight() {
     relay_steady "$pid"
 }
 
-# recreate_with_ids FIRST_ID_SQL TOPIC TAG: DROP and CREATE EXTENSION, 5
-# events of TOPIC numbered from FIRST_ID_SQL's id; they all arrive and none
-# has a failed attempt or an error.
+# recreate_with_ids FIRST_ID_SQL TOPIC TAG: DROP and CREATE EXTENSION in
+# one transaction, 5 events of TOPIC numbered from FIRST_ID_SQL's id; they
+# all arrive and none has a failed attempt or an error.
 recreate_with_ids() {
     local first
     first=$(sql "$1")
-    timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -c "DROP EXTENSION outbox CASCADE" || fail "DROP EXTENSION failed or hung"
-    sql "CREATE EXTENSION outbox"
+    timeout 20 "$PGBIN/psql" -X -q -d "$IT_DB" -1 -c "DROP EXTENSION outbox CASCADE" -c "CREATE EXTENSION outbox" \
+        || fail "DROP and CREATE EXTENSION failed or hung"
     sql "SELECT setval('outbox.event_id_seq', $first - 1, true)" >/dev/null
     sql "SELECT count(outbox.enqueue('T', 'rc-new-$3-' || i, '{}', topic => '$2')) FROM generate_series(1, 5) i" >/dev/null
     mock rtt 0

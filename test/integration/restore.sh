@@ -183,6 +183,9 @@ upgrade_live_from() {
     holds 3 "SELECT last_error LIKE '%ALTER EXTENSION outbox UPDATE%' FROM outbox.relay_status()" \
         || fail "$from: relay_status does not say the relay waits for the update"
     expect "$from: backlog, dead, retrying before" "$(IT_DB=$db sql "$figures")" "8 1 1"
+    # Claims made before the update are still recognised after it.
+    expect "$from: claims before the update" "$(IT_DB=$db sql "SELECT string_agg(outbox.claim('it-upgrade-old', id)::text, ' ' ORDER BY id)
+                                                   FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('s-1', 'd-1')")" "true true"
     IT_DB=$db sql "ALTER EXTENSION outbox UPDATE" || { fail "$from: ALTER EXTENSION outbox UPDATE failed"; relay_home $db; return; }
     expect "$from: version" "$(IT_DB=$db sql "SELECT extversion FROM pg_extension WHERE extname = 'outbox'")" "$current"
     expect "$from: statuses after the update" "$(IT_DB=$db sql "SELECT string_agg(biz_key || '=' || status, ' ' ORDER BY id)
@@ -199,6 +202,8 @@ upgrade_live_from() {
     id=$(IT_DB=$db sql "SELECT outbox.enqueue('T', 'after-update', '{}', topic => '$topic')")
     consume $topic 9 20000 >"$out" || fail "$from: the event enqueued after the update did not arrive"
     grep -q "event_id=$id," "$out" || fail "$from: event $id, enqueued after the update, not received"
+    expect "$from: claims of before, claimed again after the update" "$(IT_DB=$db sql "SELECT string_agg(outbox.claim('it-upgrade-old', id)::text, ' ' ORDER BY id)
+                                                   FROM outbox.event_log WHERE topic = '$topic' AND biz_key IN ('s-1', 'd-1', 's-2')")" "false false true"
     expect "$from: first claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" t
     expect "$from: second claim after the update" "$(IT_DB=$db sql "SELECT outbox.claim('it-upgrade', $id)")" f
     relay_home $db

@@ -1,0 +1,211 @@
+# test/integration/multi_database.sh: one relay per database that has the
+# extension (outbox.database unset), against the real broker and a second
+# real one.  Every case puts outbox.database back on $IT_DB and drops the
+# databases it made.
+
+MD_DBS="outbox_md_a outbox_md_b outbox_md_c"
+MD_NONE=outbox_md_none
+
+# sql_in DB SQL: sql in another database.
+sql_in() {
+    "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$1" -c "$2"
+}
+
+# relays_in DB: SQL counting the relays connected to DB.
+relays_in() {
+    echo "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = '$1')"
+}
+
+# md_setup: three databases with the extension, one without, every
+# database relayed.
+md_setup() {
+    local db
+    for db in $MD_DBS $MD_NONE; do
+        "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
+    done
+    for db in $MD_DBS; do sql_in $db "CREATE EXTENSION outbox"; done
+    set_setting outbox.database ''
+}
+
+# md_teardown: back to one relayed database.
+md_teardown() {
+    local db
+    set_setting outbox.database "$IT_DB"
+    for db in $MD_DBS $MD_NONE; do
+        timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" \
+            || fail "DROP DATABASE $db with its relay failed"
+    done
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "relays left after the databases were dropped: $(sql "SELECT string_agg(datname, ',') FROM pg_stat_activity WHERE backend_type = 'outbox relay'")"
+}
+
+# md_deliver DB TOPIC KEY [BROKERS]: enqueue one event in DB and fail
+# unless it arrives in TOPIC (of BROKERS) with its payload.
+md_deliver() {
+    local id out=$IT_TMP/md_$1_$3.tsv
+    id=$(sql_in "$1" "SELECT outbox.enqueue('md', '$3', '{\"db\": \"$1\"}', topic => '$2')")
+    "$TOOLS/outbox-consume" -b "${4:-$IT_BROKERS}" -t "$2" -n 1 -T 20000 >"$out" 2>/dev/null
+    grep -q "event_id=$id[^0-9]" "$out" && grep -q "\"db\": \"$1\"\|\"db\":\"$1\"" "$out" \
+        || fail "event $id of $1 did not arrive in $2 (got: $(cut -f5,6 "$out" | head -3))"
+}
+
+# Three databases with the extension get a relay each, the one without
+# none; each database's events reach its own topic; relay_status() lists
+# every relay in every database but shows another database's last error
+# only to pg_read_all_stats; DROP EXTENSION stops one relay and leaves the
+# others flowing; CREATE EXTENSION starts one within seconds.
+t_multi_database() {
+    local db started took
+    md_setup
+    for db in $MD_DBS $IT_DB; do
+        wait_until 30 "SELECT $(relays_in $db) = 1" || fail "no relay for $db (got $(sql "SELECT $(relays_in $db)"))"
+    done
+    holds 2 "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'outbox relay'
+               AND datname IN ('$MD_NONE', 'postgres', 'template1')" \
+        || fail "a relay runs where the extension is not"
+    expect "relay_status() rows seen from outbox_md_a" \
+        "$(sql_in outbox_md_a "SELECT string_agg(database::text, ',' ORDER BY database) FROM outbox.relay_status()")" \
+        "outbox_it,outbox_md_a,outbox_md_b,outbox_md_c"
+
+    for db in $MD_DBS; do md_deliver $db "it.md.$db" first; done
+    # Each topic holds its own database's event only.
+    expect "messages in it.md.outbox_md_b" \
+        "$("$TOOLS/outbox-consume" -b "$IT_BROKERS" -t it.md.outbox_md_b -n 100 -T 3000 -i 2000 2>/dev/null | wc -l)" 1
+
+    # Another database's last error (a message larger than the producer's
+    # message.max.bytes): hidden from a plain role, not from
+    # pg_read_all_stats.
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_md_owner; CREATE ROLE it_md_owner LOGIN"
+    sql_in outbox_md_a "GRANT USAGE ON SCHEMA outbox TO it_md_owner; GRANT EXECUTE ON FUNCTION outbox.relay_status() TO it_md_owner"
+    sql_in outbox_md_c "SELECT outbox.enqueue('md', 'too-large', jsonb_build_object('x', repeat('x', 1000500)), topic => 'it.md.large')" >/dev/null
+    wait_until 30 "SELECT count(*) = 1 FROM outbox.relay_status() WHERE database = 'outbox_md_c' AND last_error IS NOT NULL" \
+        || fail "outbox_md_c's relay published no last error"
+    expect "another database's last error, seen by a plain role" \
+        "$("$PGBIN/psql" -X -q -At -U it_md_owner -d outbox_md_a -c "SELECT count(*) FROM outbox.relay_status() WHERE last_error IS NOT NULL AND database = 'outbox_md_c'")" 0
+    sql "GRANT pg_read_all_stats TO it_md_owner"
+    expect "another database's last error, seen with pg_read_all_stats" \
+        "$("$PGBIN/psql" -X -q -At -U it_md_owner -d outbox_md_a -c "SELECT count(*) FROM outbox.relay_status() WHERE last_error IS NOT NULL AND database = 'outbox_md_c'")" 1
+    expect "outbox.stats counts this database's relay only" \
+        "$(sql_in outbox_md_a "SELECT sent_last_minute FROM outbox.stats")" 1
+    sql_in outbox_md_a "REVOKE ALL ON SCHEMA outbox FROM it_md_owner; REVOKE ALL ON FUNCTION outbox.relay_status() FROM it_md_owner"
+    sql "DROP ROLE it_md_owner"
+
+    # DROP EXTENSION: that relay leaves, nothing waits, the others flow.
+    timeout 20 "$PGBIN/psql" -X -q -d outbox_md_b -c "DROP EXTENSION outbox" || fail "DROP EXTENSION did not return within 20 s"
+    wait_until 20 "SELECT $(relays_in outbox_md_b) = 0" || fail "the relay of outbox_md_b stayed after DROP EXTENSION"
+    md_deliver outbox_md_a it.md.outbox_md_a.2 second
+    md_deliver outbox_md_c it.md.outbox_md_c.2 second
+    holds 6 "SELECT $(relays_in outbox_md_b) = 0" || fail "a relay came back to outbox_md_b without the extension"
+
+    # CREATE EXTENSION: a relay within seconds, where there was none.
+    for db in outbox_md_b $MD_NONE; do
+        started=${EPOCHREALTIME/./}
+        sql_in $db "CREATE EXTENSION outbox"
+        wait_until 10 "SELECT $(relays_in $db) = 1" || fail "no relay within 10 s of CREATE EXTENSION in $db"
+        took=$(((${EPOCHREALTIME/./} - started) / 1000))
+        echo "#   relay of $db started $took ms after CREATE EXTENSION"
+        md_deliver $db "it.md.$db.3" third
+    done
+    md_teardown
+}
+
+# A database's own brokers (ALTER DATABASE ... SET by a superuser, then a
+# reload): its relay restarts and sends there, the others stay on the
+# cluster's.  A database owner who is not a superuser cannot point the
+# relay elsewhere, and outbox.kafka_properties (secrets) cannot be set per
+# database at all: every role can read pg_db_role_setting.
+t_database_brokers() {
+    local second pid err
+    kcluster_setup "$CLUSTER_DIR/kafka_second" 1 && kcluster_start || { fail "the second broker did not start"; return; }
+    second=$KCLUSTER_BROKERS
+    md_setup
+    wait_until 30 "SELECT $(relays_in outbox_md_c) = 1" || fail "no relay for outbox_md_c"
+    pid=$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = 'outbox_md_c'")
+    sql "ALTER DATABASE outbox_md_c SET outbox.kafka_brokers = '$second'"
+    sql "SELECT pg_reload_conf()" >/dev/null
+    wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'
+                     AND datname = 'outbox_md_c' AND pid <> $pid" \
+        || fail "the relay of outbox_md_c did not restart after ALTER DATABASE ... SET and a reload"
+    md_deliver outbox_md_c it.md.brokers second "$second"
+    expect "outbox_md_c's event on the cluster's broker" \
+        "$("$TOOLS/outbox-consume" -b "$IT_BROKERS" -t it.md.brokers -n 100 -T 3000 -i 2000 2>/dev/null | wc -l)" 0
+    md_deliver outbox_md_a it.md.brokers_a first
+    expect "outbox_md_a's event on the second broker" \
+        "$("$TOOLS/outbox-consume" -b "$second" -t it.md.brokers_a -n 100 -T 3000 -i 2000 2>/dev/null | wc -l)" 0
+
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_md_dbowner; CREATE ROLE it_md_dbowner LOGIN;
+         ALTER DATABASE outbox_md_a OWNER TO it_md_dbowner"
+    err=$("$PGBIN/psql" -X -q -U it_md_dbowner -d outbox_md_a -v VERBOSITY=verbose \
+        -c "ALTER DATABASE outbox_md_a SET outbox.kafka_brokers = '127.0.0.1:1'" 2>&1) \
+        && fail "a database owner set the relay's brokers"
+    [[ "$err" == *"ERROR:  42501:"* ]] || fail "the owner's ALTER DATABASE SET outbox.kafka_brokers: $err"
+    err=$("$PGBIN/psql" -X -q -d outbox_md_a -v VERBOSITY=verbose \
+        -c "ALTER DATABASE outbox_md_a SET outbox.kafka_properties = 'sasl.password=secret'" 2>&1) \
+        && fail "outbox.kafka_properties was set per database"
+    [[ "$err" == *"ERROR:  55P02:"* ]] || fail "ALTER DATABASE SET outbox.kafka_properties: $err"
+    [[ "$err" != *secret* ]] || fail "the refusal quotes the value: $err"
+    sql "ALTER DATABASE outbox_md_a OWNER TO postgres; DROP ROLE it_md_dbowner"
+    md_teardown
+    kcluster_stop
+}
+
+# outbox.max_relays and max_worker_processes, when reached, are said in
+# the log, and the relays that fit run; a dropped extension frees a slot
+# for a database that waited.
+t_relay_limits() {
+    local marker db
+    md_setup
+    sql "ALTER SYSTEM SET outbox.max_relays = 2"
+    marker=$(log_mark)
+    cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
+    wait_log "$marker" 30 'no relay for database "[a-z_]+": outbox.max_relays \(2\) relays run' \
+        || fail "no log line for outbox.max_relays reached"
+    wait_until 20 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "not 2 relays with outbox.max_relays = 2"
+    holds 3 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "more than outbox.max_relays relays"
+    # Dropping the extension where a relay runs lets a waiting database in.
+    db=$(sql "SELECT datname FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname <> '$IT_DB' LIMIT 1")
+    sql_in "$db" "DROP EXTENSION outbox"
+    wait_until 30 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname <> '$db'" \
+        || fail "no waiting database got the slot $db left"
+
+    sql "ALTER SYSTEM SET outbox.max_relays = 8" && sql "ALTER SYSTEM SET max_worker_processes = 3"
+    marker=$(log_mark)
+    cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
+    wait_log "$marker" 30 'no background worker slot free \(max_worker_processes = 3\)' \
+        || fail "no log line for max_worker_processes reached"
+    sql "ALTER SYSTEM RESET outbox.max_relays" && sql "ALTER SYSTEM RESET max_worker_processes"
+    cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
+    md_teardown
+}
+
+# Statements that need a database to themselves do not fail on its relay:
+# ALTER DATABASE ... RENAME (the relay comes back under the new name),
+# SET TABLESPACE, and CREATE DATABASE ... TEMPLATE of a relayed database.
+t_database_exclusive_statements() {
+    local ts=$IT_TMP/tablespace
+    md_setup
+    for db in $MD_DBS; do
+        wait_until 30 "SELECT $(relays_in $db) = 1" || fail "no relay for $db"
+    done
+    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_a RENAME TO outbox_md_renamed" \
+        || fail "ALTER DATABASE ... RENAME of a relayed database failed"
+    wait_until 20 "SELECT $(relays_in outbox_md_renamed) = 1" || fail "no relay under the new name"
+    md_deliver outbox_md_renamed it.md.renamed after-rename
+    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_renamed RENAME TO outbox_md_a" \
+        || fail "renaming it back failed"
+
+    mkdir -p "$ts" && chown "$CLUSTER_OS_USER" "$ts"
+    sql "CREATE TABLESPACE it_md_ts LOCATION '$ts'"
+    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_b SET TABLESPACE it_md_ts" \
+        || fail "ALTER DATABASE ... SET TABLESPACE of a relayed database failed"
+    wait_until 20 "SELECT $(relays_in outbox_md_b) = 1" || fail "no relay in outbox_md_b after SET TABLESPACE"
+    md_deliver outbox_md_b it.md.moved after-move
+
+    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_md_copy TEMPLATE outbox_md_c" \
+        || fail "CREATE DATABASE ... TEMPLATE of a relayed database failed"
+    timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE outbox_md_copy" || fail "dropping the copy failed"
+    md_teardown
+    sql "DROP TABLESPACE it_md_ts"
+}
