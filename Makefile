@@ -43,13 +43,18 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo chaos fuzz mutations bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
+.PHONY: test demo deb chaos fuzz mutations bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
 
 test:
 	test/run
 
 demo:
 	scripts/demo
+
+# The Debian package postgresql-NN-outbox, built from a copy of the tree;
+# the .deb lands in build/deb/.
+deb:
+	scripts/deb
 
 # The chaos suite, long version, in both delivery modes (make test runs
 # one round of each).
