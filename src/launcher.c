@@ -79,6 +79,8 @@ static uint32 seen_created = 0;
 /* Said once until a relay starts again: which limit stopped one. */
 static bool said_slots = false;
 static bool said_workers = false;
+/* Said once until a reload: outbox.database names no database. */
+static bool said_missing = false;
 
 static void launcher_attach(void);
 static void launcher_detach(int code, Datum arg);
@@ -146,6 +148,7 @@ outbox_launcher_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			listed_at = 0;
+			said_missing = false;
 		}
 		/* A CREATE EXTENSION committed: look everywhere again. */
 		if (created != seen_created)
@@ -242,6 +245,7 @@ list_databases(void)
 	TableScanDesc scan;
 	HeapTuple tup;
 	ListCell *lc;
+	bool any = false;
 
 	foreach (lc, databases)
 		((Database *) lfirst(lc))->listed = false;
@@ -268,11 +272,21 @@ list_databases(void)
 		}
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
 		db->listed = true;
+		any = true;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
+
+	if (!any && outbox_database[0] != '\0' && !said_missing)
+		ereport(
+			LOG,
+			(errmsg("outbox launcher: database \"%s\" does not exist or takes no connections; no relay runs",
+					outbox_database),
+			 errhint(
+				 "Set outbox.database to a database where CREATE EXTENSION outbox was run, or leave it empty for every such database, and reload.")));
+	said_missing |= !any && outbox_database[0] != '\0';
 }
 
 /*
@@ -464,8 +478,8 @@ start_relay(Database *db, TimestampTz now)
 		if (!said_slots)
 			ereport(
 				LOG,
-				(errmsg("outbox launcher: no relay for database \"%s\": outbox.max_relays (%d) relays run",
-						db->name, outbox_max_relays),
+				(errmsg("outbox launcher: outbox.max_relays (%d) relays run; database \"%s\" gets none (if it has the extension)",
+						outbox_max_relays, db->name),
 				 errhint(
 					 "Raise outbox.max_relays (and max_worker_processes with it), and restart the server.")));
 		said_slots = true;

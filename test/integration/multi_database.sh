@@ -151,14 +151,19 @@ t_database_brokers() {
 
 # outbox.max_relays and max_worker_processes, when reached, are said in
 # the log, and the relays that fit run; a dropped extension frees a slot
-# for a database that waited.
+# for a database that waited.  So is an outbox.database that names no
+# database.
 t_relay_limits() {
     local marker db
+    marker=$(log_mark)
+    set_setting outbox.database outbox_md_no_such
+    wait_log "$marker" 20 'database "outbox_md_no_such" does not exist or takes no connections; no relay runs' \
+        || fail "no log line for an outbox.database that does not exist"
     md_setup
     sql "ALTER SYSTEM SET outbox.max_relays = 2"
     marker=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
-    wait_log "$marker" 30 'no relay for database "[a-z_]+": outbox.max_relays \(2\) relays run' \
+    wait_log "$marker" 30 'outbox.max_relays \(2\) relays run; database "[a-z_]+" gets none' \
         || fail "no log line for outbox.max_relays reached"
     wait_until 20 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
         || fail "not 2 relays with outbox.max_relays = 2"
