@@ -185,6 +185,14 @@ t_relay_limits() {
     md_teardown
 }
 
+# md_exclusive STATEMENT DB: STATEMENT, which needs a relayed database to
+# itself, succeeds; then DB has its relay again, which delivers.
+md_exclusive() {
+    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "$1" || fail "$1: failed"
+    wait_until 20 "SELECT $(relays_in "$2") = 1" || fail "$1: no relay in $2 after it"
+    md_deliver "$2" "it.md.exclusive.$2" "after-${1%% *}-$RANDOM"
+}
+
 # Statements that need a database to themselves do not fail on its relay:
 # ALTER DATABASE ... RENAME (the relay comes back under the new name),
 # SET TABLESPACE, and CREATE DATABASE ... TEMPLATE of a relayed database.
@@ -194,20 +202,12 @@ t_database_exclusive_statements() {
     for db in $MD_DBS; do
         wait_until 30 "SELECT $(relays_in $db) = 1" || fail "no relay for $db"
     done
-    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_a RENAME TO outbox_md_renamed" \
-        || fail "ALTER DATABASE ... RENAME of a relayed database failed"
-    wait_until 20 "SELECT $(relays_in outbox_md_renamed) = 1" || fail "no relay under the new name"
-    md_deliver outbox_md_renamed it.md.renamed after-rename
+    md_exclusive "ALTER DATABASE outbox_md_a RENAME TO outbox_md_renamed" outbox_md_renamed
     timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_renamed RENAME TO outbox_md_a" \
         || fail "renaming it back failed"
-
     mkdir -p "$ts" && chown "$CLUSTER_OS_USER" "$ts"
     sql "CREATE TABLESPACE it_md_ts LOCATION '$ts'"
-    timeout 20 "$PGBIN/psql" -X -q -d postgres -c "ALTER DATABASE outbox_md_b SET TABLESPACE it_md_ts" \
-        || fail "ALTER DATABASE ... SET TABLESPACE of a relayed database failed"
-    wait_until 20 "SELECT $(relays_in outbox_md_b) = 1" || fail "no relay in outbox_md_b after SET TABLESPACE"
-    md_deliver outbox_md_b it.md.moved after-move
-
+    md_exclusive "ALTER DATABASE outbox_md_b SET TABLESPACE it_md_ts" outbox_md_b
     timeout 20 "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_md_copy TEMPLATE outbox_md_c" \
         || fail "CREATE DATABASE ... TEMPLATE of a relayed database failed"
     timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE outbox_md_copy" || fail "dropping the copy failed"
