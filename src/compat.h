@@ -8,8 +8,10 @@
 #ifndef OUTBOX_COMPAT_H
 #define OUTBOX_COMPAT_H
 
+#include "catalog/pg_database.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 /* PostgreSQL 16 folded the per-kind owner checks into object_ownercheck. */
@@ -31,6 +33,20 @@
 #else
 #define outbox_wait_set_create(nevents)                                       \
 	CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
+/*
+ * GUC "extra" data, which the server frees itself: with free() up to
+ * PostgreSQL 15, from 16 on with guc_free(), so it must come from
+ * guc_malloc().  NULL when out of memory (logged, never thrown: check
+ * hooks report their own problems).
+ */
+#if PG_VERSION_NUM >= 160000
+#define outbox_guc_malloc(size) guc_malloc(LOG, (size))
+#define outbox_guc_free(ptr) guc_free(ptr)
+#else
+#define outbox_guc_malloc(size) malloc(size)
+#define outbox_guc_free(ptr) free(ptr)
 #endif
 
 #endif /* OUTBOX_COMPAT_H */

@@ -82,6 +82,7 @@ static SPIPlanPtr reset_sending_plan = NULL;
  */
 static HTAB *refused = NULL;
 
+static void log_dead(const OutboxMessage *msg, int failures, const char *error);
 static const char *failure_text(const RelayBatch *batch, int i, bool *refused);
 static void note_refused(int64 id, bool is_refused);
 
@@ -181,9 +182,23 @@ relay_record_failure(const RelayBatch *batch, int i)
 	((OutboxMessage *) msg)->error_text =
 		MemoryContextStrdup(batch->memory, error);
 	if (dead)
-		ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
-							 " is dead after %d failed attempts: %s",
-							 msg->event_id, failures, error)));
+		log_dead(msg, failures, error);
+}
+
+/*
+ * log_dead: say that the event of msg is dead, and why, naming its topic
+ * unless the error does: a librdkafka that fails an unauthorized topic's
+ * messages at once (2.14 does; 2.0 holds them until message.timeout.ms,
+ * then failure_text names the topic) logs nothing else that names it.
+ */
+static void
+log_dead(const OutboxMessage *msg, int failures, const char *error)
+{
+	if (strstr(error, msg->topic) == NULL)
+		error = psprintf("%s (topic \"%.200s\")", error, msg->topic);
+	ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
+						 " is dead after %d failed attempts: %s",
+						 msg->event_id, failures, error)));
 }
 
 /*

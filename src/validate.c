@@ -16,6 +16,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
 
+#include "compat.h"
 #include "outbox.h"
 
 /* Header names the relay sets itself; a user header may not take them. */
@@ -33,7 +34,7 @@ typedef struct OutboxNamePattern
 	bool prefix;
 } OutboxNamePattern;
 
-/* A parsed list: one malloc'd block, as GUC "extra" data must be. */
+/* A parsed list: one block, as GUC "extra" data must be (compat.h). */
 struct OutboxNameList
 {
 	int count;
@@ -301,9 +302,9 @@ check_header_name(const char *name, int len)
 /*
  * outbox_name_list_parse: parse a comma-separated list of names, each with
  * an optional trailing "*"; for topics the names must be made of topic
- * characters.  Returns a malloc'd list (NULL for an empty value: no
- * restriction) and *problem NULL, or on a syntax error NULL and *problem
- * saying what is wrong.
+ * characters.  Returns a list from outbox_guc_malloc (NULL for an empty
+ * value: no restriction) and *problem NULL, or on a syntax error NULL and
+ * *problem saying what is wrong.
  */
 OutboxNameList *
 outbox_name_list_parse(const char *value, bool topics, const char **problem)
@@ -319,8 +320,8 @@ outbox_name_list_parse(const char *value, bool topics, const char **problem)
 		return NULL;
 	for (const char *c = value; *c; c++)
 		most += (*c == ',');
-	list = malloc(offsetof(OutboxNameList, items) +
-				  most * sizeof(OutboxNamePattern) + value_len + 1);
+	list = outbox_guc_malloc(offsetof(OutboxNameList, items) +
+							 most * sizeof(OutboxNamePattern) + value_len + 1);
 	if (list == NULL)
 	{
 		*problem = "Out of memory.";
@@ -340,7 +341,7 @@ outbox_name_list_parse(const char *value, bool topics, const char **problem)
 	}
 	if (*problem == NULL)
 		return list;
-	free(list);
+	outbox_guc_free(list);
 	return NULL;
 }
 

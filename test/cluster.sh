@@ -13,7 +13,8 @@
 # a user's, fsync, synchronous_commit and full_page_writes on and the
 # default wal_sync_method.
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+# The server is PostgreSQL $PG (15 unless set), or PG_CONFIG's.
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/${PG:-15}/bin/pg_config}
 PG_BINDIR=$("$PG_CONFIG" --bindir)
 
 # cluster_run CMD...: run a server-side command as the cluster's OS user.

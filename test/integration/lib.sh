@@ -5,7 +5,7 @@
 
 IT_DB=outbox_it
 TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)
-PGBIN=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+PGBIN=${PG_BINDIR:-$("${PG_CONFIG:-/usr/lib/postgresql/${PG:-15}/bin/pg_config}" --bindir)}
 IT_PASSED=0
 IT_FAILED=0
 IT_N=0
