@@ -4,11 +4,11 @@
  *		enqueue need to know of each other.
  *
  * A backend that enqueued wakes its database's relay when its transaction
- * commits: an XactCallback sets the relay's latch.  SetLatch is a no-op while the
- * latch is already set, so a burst of commits costs the relay one wake-up,
- * and nothing is sent on every commit the way NOTIFY would.  CREATE
- * EXTENSION wakes the launcher the same way, so that the new database's
- * relay starts at once.
+ * commits: an XactCallback sets the relay's latch.  SetLatch is a no-op
+ * while the latch is already set, so a burst of commits costs the relay
+ * one wake-up, and nothing is sent on every commit the way NOTIFY would.
+ * CREATE EXTENSION wakes the launcher the same way, so that the new
+ * database's relay starts at once.
  *
  * src/shmem.c
  */

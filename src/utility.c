@@ -11,10 +11,9 @@
  * wait have passed (the caller owns the database, no transaction block),
  * so that a role without rights cannot stop a relay with a statement that
  * is refused anyway; and the hold belongs to the process running it,
- * released however that process ends.  CREATE
- * EXTENSION outbox wakes the launcher as it commits, so the new
- * database's relay starts at once; DROP EXTENSION and COMMIT PREPARED
- * wake the relay.
+ * released however that process ends.  CREATE EXTENSION outbox wakes the
+ * launcher as it commits, so the new database's relay starts at once;
+ * DROP EXTENSION and COMMIT PREPARED wake the relay.
  *
  * src/utility.c
  */
