@@ -29,6 +29,11 @@ mock() {
     return 1
 }
 
+# mock_answer CMD...: mock CMD, then what followed its "ok" (broker-errors-left).
+mock_answer() {
+    mock "$@" && tail -n 1 "$IT_TMP/mock.out" | sed 's/^ok *//'
+}
+
 # mock_stop: stop the mock broker.
 mock_stop() {
     [ -n "${MOCK_PID:-}" ] || return 0

@@ -14,6 +14,10 @@
  *		produce-errors COUNT CODE        the same for Produce (APIKEY 0)
  *		clear [APIKEY]                   forget pending request errors, of
  *		                                 one type or of every type
+ *		broker-errors APIKEY COUNT CODE  as request-errors, on the broker's
+ *		                                 own stack, which can be counted:
+ *		broker-errors-left APIKEY        answers "ok N": how many of them
+ *		                                 no request has met yet
  *		topic-error TOPIC CODE           Metadata answers CODE for TOPIC
  *		                                 until set again (0: no error)
  *		down | up                        take the broker down or up
@@ -49,6 +53,26 @@ push_errors(rd_kafka_mock_cluster_t *mc, long apikey, long count, long code)
 	free(errs);
 }
 
+/* One at a time: the broker's stack is pushed through a variadic call. */
+static void
+push_broker_errors(rd_kafka_mock_cluster_t *mc, long apikey, long count, long code)
+{
+	for (long i = 0; i < count; i++)
+		rd_kafka_mock_broker_push_request_error_rtts(mc, 1, (int16_t) apikey, 1,
+													 (rd_kafka_resp_err_t) code, 0);
+}
+
+/* The proof that a fault happened, where librdkafka versions log it apart. */
+static void
+print_broker_errors_left(rd_kafka_mock_cluster_t *mc, long apikey)
+{
+	size_t		left = 0;
+
+	rd_kafka_mock_broker_error_stack_cnt(mc, 1, (int16_t) apikey, &left);
+	printf("ok %zu\n", left);
+	fflush(stdout);
+}
+
 static void
 apply(rd_kafka_mock_cluster_t *mc, char *line)
 {
@@ -60,6 +84,15 @@ apply(rd_kafka_mock_cluster_t *mc, char *line)
 	else if (sscanf(line, "request-errors %ld %ld %ld", &a, &b, &c) == 3 &&
 			 a >= 0 && a < API_KEY_LIMIT && b > 0)
 		push_errors(mc, a, b, c);
+	else if (sscanf(line, "broker-errors-left %ld", &a) == 1 &&
+			 a >= 0 && a < API_KEY_LIMIT)
+	{
+		print_broker_errors_left(mc, a);
+		return;
+	}
+	else if (sscanf(line, "broker-errors %ld %ld %ld", &a, &b, &c) == 3 &&
+			 a >= 0 && a < API_KEY_LIMIT && b > 0)
+		push_broker_errors(mc, a, b, c);
 	else if (sscanf(line, "produce-errors %ld %ld", &a, &b) == 2 && a > 0)
 		push_errors(mc, PRODUCE_API_KEY, a, b);
 	else if (sscanf(line, "clear %ld", &a) == 1 && a >= 0 && a < API_KEY_LIMIT)
