@@ -26,6 +26,20 @@ SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}'
                       topic => 'outbox.event.OrderCreated', msg_key => 'order-1') = :first_id AS explicit_defaults_same_id;
 SELECT count(*) FROM outbox.event_log WHERE biz_type = 'OrderCreated';
 
+-- No headers, spelled NULL or '{}' (drivers send either): one event,
+-- stored as NULL, whichever way the first call and the retry spell it;
+-- a row stored with '{}' before 0.3.0 matches both too.
+SELECT outbox.enqueue('T', 'hdr-none', '{}', headers => '{}') AS none_id \gset
+SELECT headers IS NULL AS stored_as_null FROM outbox.event_log WHERE id = :none_id;
+SELECT outbox.enqueue('T', 'hdr-none', '{}') = :none_id AS null_retry_same_id;
+SELECT outbox.enqueue('T', 'hdr-null', '{}') AS null_id \gset
+SELECT outbox.enqueue('T', 'hdr-null', '{}', headers => '{}') = :null_id AS empty_retry_same_id;
+UPDATE outbox.event_log SET headers = '{}' WHERE id = :null_id;
+SELECT outbox.enqueue('T', 'hdr-null', '{}') = :null_id AS old_empty_null_retry,
+       outbox.enqueue('T', 'hdr-null', '{}', headers => '{}') = :null_id AS old_empty_empty_retry;
+SELECT err($$SELECT outbox.enqueue('T', 'hdr-null', '{}', headers => '{"a": "b"}')$$);
+SELECT err($$SELECT outbox.enqueue('T', 'hdr-none', '{}', headers => '{"a": "b"}')$$);
+
 -- Same key, different content: 23505, and nothing changes.
 SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 10}')$$);
 SELECT err($$SELECT outbox.enqueue('OrderCreated', 'order-1', '{"order_id": 1, "total": 9.5}', topic => 'other')$$);

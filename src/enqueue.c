@@ -50,8 +50,8 @@ static const char *const insert_sql =
 
 /*
  * The existing event for the key, and whether its content is the same
- * (headers both NULL or equal: IS NOT DISTINCT FROM would look up "=" by
- * name).  The row lock is WAL-logged, so a retry's COMMIT waits for
+ * (headers both none or equal: IS NOT DISTINCT FROM would look up "=" by
+ * name; a row stored before 0.3.0 may hold '{}' for none).  The row lock is WAL-logged, so a retry's COMMIT waits for
  * synchronous replication as the first one did (a transaction that wrote
  * no WAL does not wait): the event found may exist only on a primary just
  * recovered from a crash, and an acknowledged retry promises it.
@@ -61,7 +61,9 @@ static const char *const existing_sql =
 	"       AND msg_key OPERATOR(pg_catalog.=) $4"
 	"       AND payload OPERATOR(pg_catalog.=) $5"
 	"       AND COALESCE(headers OPERATOR(pg_catalog.=) $6,"
-	"                    headers IS NULL AND $6 IS NULL)"
+	"                    (headers IS NULL"
+	"                     OR headers OPERATOR(pg_catalog.=) '{}'::pg_catalog.jsonb)"
+	"                    AND $6 IS NULL)"
 	"  FROM outbox.event_log"
 	" WHERE biz_type OPERATOR(pg_catalog.=) $1"
 	"   AND biz_key OPERATOR(pg_catalog.=) $2"
@@ -153,14 +155,22 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
 	}
 	args->values[3] = PointerGetDatum(msg_key);
 
-	if (PG_ARGISNULL(4))
-		args->nulls[5] = 'n';
-	else
+	/*
+	 * No headers, whether NULL or '{}' (drivers send either for "none", Go's
+	 * nil and empty maps for one): one event, stored as NULL, so a retry
+	 * spelled the other way is the same call.
+	 */
+	args->nulls[5] = 'n';
+	if (!PG_ARGISNULL(4))
 	{
 		Jsonb *headers = PG_GETARG_JSONB_P(4);
 
 		header_len = outbox_check_headers(headers);
-		args->values[5] = PointerGetDatum(headers);
+		if (JsonContainerSize(&headers->root) > 0)
+		{
+			args->values[5] = PointerGetDatum(headers);
+			args->nulls[5] = ' ';
+		}
 	}
 	outbox_check_size(payload, key_len, header_len);
 }
