@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 RESET client_min_messages;
 BEGIN;
-SELECT plan(56);
+SELECT plan(63);
 
 SELECT has_schema('outbox');
 SELECT has_table('outbox', 'event_log', 'event_log table');
@@ -19,9 +19,10 @@ SELECT has_table('outbox', 'consumer_dedup', 'consumer_dedup table');
 SELECT columns_are('outbox', 'events', ARRAY[
     'id', 'biz_type', 'biz_key', 'topic', 'msg_key', 'payload', 'headers',
     'status', 'attempts', 'next_attempt_at', 'created_at', 'updated_at',
-    'last_error'], 'events has the documented columns');
+    'last_error', 'payload_bytes'], 'events has the documented columns');
 SELECT col_type_is('outbox', 'events', 'id', 'bigint', 'events.id is bigint');
 SELECT col_type_is('outbox', 'events', 'payload', 'jsonb', 'events.payload is jsonb');
+SELECT col_type_is('outbox', 'events', 'payload_bytes', 'bytea', 'events.payload_bytes is bytea');
 SELECT col_type_is('outbox', 'events', 'headers', 'jsonb', 'events.headers is jsonb');
 SELECT col_type_is('outbox', 'events', 'status', 'text', 'events.status is text');
 SELECT col_type_is('outbox', 'events', 'attempts', 'integer', 'events.attempts is integer');
@@ -48,6 +49,14 @@ SELECT is(
     (SELECT pronargdefaults FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure)::int,
     3, 'enqueue: topic, headers and msg_key are optional');
 
+SELECT has_function('outbox', 'enqueue_bytes', ARRAY['text', 'text', 'bytea', 'text', 'jsonb', 'text'], 'enqueue_bytes signature');
+SELECT function_returns('outbox', 'enqueue_bytes', ARRAY['text', 'text', 'bytea', 'text', 'jsonb', 'text'], 'bigint', 'enqueue_bytes returns the id');
+SELECT is_definer('outbox', 'enqueue_bytes', ARRAY['text', 'text', 'bytea', 'text', 'jsonb', 'text'], 'enqueue_bytes runs with the owner''s rights');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.enqueue_bytes(text,text,bytea,text,jsonb,text)'::regprocedure),
+    ARRAY['biz_type', 'biz_key', 'payload', 'topic', 'headers', 'msg_key'],
+    'enqueue_bytes parameter names, enqueue''s');
+
 SELECT has_function('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'claim signature');
 SELECT function_returns('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'boolean', 'claim returns boolean');
 SELECT is_definer('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'claim runs with the owner''s rights');
@@ -65,16 +74,21 @@ SELECT is(
     (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure),
     NULL, 'enqueue sets no search_path');
 SELECT is(
+    (SELECT proconfig FROM pg_proc WHERE oid = 'outbox.enqueue_bytes(text,text,bytea,text,jsonb,text)'::regprocedure),
+    NULL, 'enqueue_bytes sets no search_path');
+SELECT is(
     ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
            WHERE p.pronamespace = 'outbox'::regnamespace
              AND (p.prosecdef OR l.lanname IN ('sql', 'plpgsql'))
              AND p.oid NOT IN ('outbox.claim(text,bigint,text,text)'::regprocedure,
-                               'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure)
+                               'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure,
+                               'outbox.enqueue_bytes(text,text,bytea,text,jsonb,text)'::regprocedure)
              AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
            ORDER BY 1),
     '{}'::text[], 'every other definer, SQL and PL/pgSQL function pins search_path');
 
 SELECT function_privs_are('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue');
+SELECT function_privs_are('outbox', 'enqueue_bytes', ARRAY['text', 'text', 'bytea', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue_bytes');
 SELECT function_privs_are('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'public', '{}'::text[], 'PUBLIC cannot claim');
 SELECT table_privs_are('outbox', 'event_log', 'public', '{}'::text[], 'PUBLIC has no rights on event_log');
 SELECT table_privs_are('outbox', 'events', 'public', '{}'::text[], 'PUBLIC has no rights on events');

@@ -211,6 +211,38 @@ COMMENT ON VIEW outbox.stats IS
     'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
 REVOKE ALL ON outbox.stats FROM PUBLIC;
 
+-- enqueue_bytes: a payload of bytes, sent as they are.  Adding the CHECK
+-- reads event_log once (retention keeps it to the events kept).
+ALTER TABLE outbox.event_log
+    ALTER COLUMN payload DROP NOT NULL,
+    ADD COLUMN payload_bytes bytea,
+    ADD CONSTRAINT event_log_one_payload
+        CHECK ((payload IS NULL) OPERATOR(pg_catalog.<>) (payload_bytes IS NULL));
+
+CREATE FUNCTION outbox.enqueue_bytes(
+    biz_type text,
+    biz_key  text,
+    payload  bytea,
+    topic    text  DEFAULT NULL,
+    headers  jsonb DEFAULT NULL,
+    msg_key  text  DEFAULT NULL)
+RETURNS bigint
+LANGUAGE C VOLATILE
+SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'outbox_enqueue_bytes';
+
+COMMENT ON FUNCTION outbox.enqueue_bytes(text, text, bytea, text, jsonb, text) IS
+    'enqueue() with the message value as bytes, sent as they are (Avro, Protobuf, signed payloads); returns the event id.';
+REVOKE ALL ON FUNCTION outbox.enqueue_bytes(text, text, bytea, text, jsonb, text) FROM PUBLIC;
+
+CREATE OR REPLACE VIEW outbox.dead_letters AS
+SELECT l.id, l.biz_type, l.biz_key, l.topic, l.msg_key, l.payload, l.headers,
+       s.attempts, s.last_error, l.created_at, s.updated_at AS died_at,
+       l.payload_bytes
+  FROM outbox.event_state s
+  JOIN outbox.event_log l ON l.id OPERATOR(pg_catalog.=) s.id
+ WHERE s.status OPERATOR(pg_catalog.=) 'dead';
+
 CREATE OR REPLACE VIEW outbox.events AS
 SELECT l.id,
        l.biz_type,
@@ -232,7 +264,8 @@ SELECT l.id,
        COALESCE(s.next_attempt_at, l.created_at) AS next_attempt_at,
        l.created_at,
        COALESCE(s.updated_at, l.created_at)   AS updated_at,
-       s.last_error
+       s.last_error,
+       l.payload_bytes
   FROM outbox.event_log l
  CROSS JOIN outbox.relay_cursor c
   LEFT JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id;

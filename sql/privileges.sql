@@ -93,6 +93,7 @@ DROP SCHEMA evil CASCADE;
 CREATE ROLE outbox_owner;
 GRANT USAGE ON SCHEMA outbox TO outbox_owner;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text),
+                          outbox.enqueue_bytes(text, text, bytea, text, jsonb, text),
                           outbox.claim(text, bigint, text, text) TO outbox_owner;
 CREATE SCHEMA trap AUTHORIZATION outbox_owner;
 SET ROLE outbox_owner;
@@ -110,6 +111,8 @@ CREATE FUNCTION trap.eq_text(text, text) RETURNS boolean LANGUAGE plpgsql
     AS $f$ BEGIN PERFORM trap.hostile('=(text,text)'); RETURN true; END $f$;
 CREATE FUNCTION trap.eq_jsonb(jsonb, jsonb) RETURNS boolean LANGUAGE plpgsql
     AS $f$ BEGIN PERFORM trap.hostile('=(jsonb,jsonb)'); RETURN true; END $f$;
+CREATE FUNCTION trap.eq_bytea(bytea, bytea) RETURNS boolean LANGUAGE plpgsql
+    AS $f$ BEGIN PERFORM trap.hostile('=(bytea,bytea)'); RETURN true; END $f$;
 CREATE FUNCTION trap.eq_int8(bigint, bigint) RETURNS boolean LANGUAGE plpgsql
     AS $f$ BEGIN PERFORM trap.hostile('=(bigint,bigint)'); RETURN true; END $f$;
 CREATE FUNCTION trap.eq_text_varchar(text, varchar) RETURNS boolean LANGUAGE plpgsql
@@ -118,6 +121,7 @@ CREATE FUNCTION trap.eq_any(anyelement, anyelement) RETURNS boolean LANGUAGE plp
     AS $f$ BEGIN PERFORM trap.hostile('=(anyelement,anyelement)'); RETURN true; END $f$;
 CREATE OPERATOR trap.= (LEFTARG = text, RIGHTARG = text, FUNCTION = trap.eq_text);
 CREATE OPERATOR trap.= (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = trap.eq_jsonb);
+CREATE OPERATOR trap.= (LEFTARG = bytea, RIGHTARG = bytea, FUNCTION = trap.eq_bytea);
 CREATE OPERATOR trap.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = trap.eq_int8);
 CREATE OPERATOR trap.= (LEFTARG = text, RIGHTARG = varchar, FUNCTION = trap.eq_text_varchar);
 CREATE OPERATOR trap.= (LEFTARG = anyelement, RIGHTARG = anyelement, FUNCTION = trap.eq_any);
@@ -144,6 +148,10 @@ SELECT public.err($$SELECT outbox.enqueue('T', 'trap-1', '{"v": 1}', headers => 
 SELECT public.err($$SELECT outbox.enqueue('T', 'trap-1', '{"v": 2}', headers => '{"h": "1"}')$$);
 SELECT public.err($$SELECT outbox.enqueue('T', 'trap-2', '{"v": 1}', headers => '{"h": "1"}')$$);
 SELECT public.err($$SELECT outbox.enqueue('T', 'trap-2', '{"v": 1}', topic => 'other')$$);
+-- enqueue_bytes: the same, with bytes.
+SELECT outbox.enqueue_bytes('T', 'trap-b', '\x0001') AS trap_bytes_id \gset
+SELECT outbox.enqueue_bytes('T', 'trap-b', '\x0001') = :trap_bytes_id AS bytes_retry_same_id;
+SELECT public.err($$SELECT outbox.enqueue_bytes('T', 'trap-b', '\x0002')$$);
 -- claim: first and duplicate, by event id and by business key.
 SELECT outbox.claim('trap', :trap_id) AS first, outbox.claim('trap', :trap_id) AS duplicate;
 SELECT outbox.claim('trap', :trap_id2, 'T', 'trap-2') AS first_by_key,

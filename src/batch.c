@@ -258,8 +258,9 @@ relay_topic_hash(const char *topic)
 }
 
 /*
- * make_message: the rest of the message from its row: key, compact JSON
- * value and the headers consumers rely on, in the current memory.
+ * make_message: the rest of the message from its row: key, value (the
+ * bytes enqueue_bytes took, or the payload as compact JSON) and the
+ * headers consumers rely on, in the current memory.
  */
 static void
 make_message(OutboxMessage *msg, const BatchRow *row)
@@ -269,11 +270,21 @@ make_message(OutboxMessage *msg, const BatchRow *row)
 
 	msg->key = column_text(row, BATCH_COL_MSG_KEY);
 	msg->key_len = strlen(msg->key);
-	initStringInfo(&value);
-	(void) outbox_json_compact(
-		&value, DatumGetJsonbP(row->values[BATCH_COL_PAYLOAD - 1]), -1);
-	msg->value = value.data;
-	msg->value_len = value.len;
+	if (row->nulls[BATCH_COL_PAYLOAD - 1])
+	{
+		bytea *bytes = DatumGetByteaPP(row->values[BATCH_COL_PAYLOAD_BYTES - 1]);
+
+		msg->value = VARDATA_ANY(bytes);
+		msg->value_len = VARSIZE_ANY_EXHDR(bytes);
+	}
+	else
+	{
+		initStringInfo(&value);
+		(void) outbox_json_compact(
+			&value, DatumGetJsonbP(row->values[BATCH_COL_PAYLOAD - 1]), -1);
+		msg->value = value.data;
+		msg->value_len = value.len;
+	}
 
 	(void) pg_lltoa(msg->event_id, event_id);
 	msg->header_names[0] = "event_id";

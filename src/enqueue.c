@@ -24,12 +24,19 @@
 typedef struct EnqueueArgs
 {
 	Datum values[6]; /* biz_type, biz_key, topic, msg_key,
-								 * payload, headers */
+					  * payload (jsonb or bytea), headers */
 	char nulls[6];   /* SPI null flags: ' ' or 'n' */
+	bool bytes;      /* enqueue_bytes' */
 } EnqueueArgs;
 
-static const Oid enqueue_argtypes[6] = {TEXTOID, TEXTOID,  TEXTOID,
-										TEXTOID, JSONBOID, JSONBOID};
+#define ENQUEUE_NARGS 6
+#define ARG_PAYLOAD 4
+#define ARG_HEADERS 5
+
+/* Index [bytes]: enqueue's, enqueue_bytes'. */
+static const Oid enqueue_argtypes[2][ENQUEUE_NARGS] = {
+	{TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID},
+	{TEXTOID, TEXTOID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID}};
 
 /*
  * The statements run with the rights of the extension's owner, under the
@@ -39,40 +46,55 @@ static const Oid enqueue_argtypes[6] = {TEXTOID, TEXTOID,  TEXTOID,
  */
 
 /*
+ * The statements of enqueue name the JSON payload column, those of
+ * enqueue_bytes the bytes one; the former's work on a schema older than
+ * 0.3.0 too, which a new library meets until ALTER EXTENSION UPDATE.
+ */
+
+/*
  * Insert unless the key exists.  On a concurrent uncommitted insert of the
  * same key this waits for that transaction, as a unique index does.
  */
-static const char *const insert_sql =
-	"INSERT INTO outbox.event_log"
-	" (biz_type, biz_key, topic, msg_key, payload, headers)"
-	" VALUES ($1, $2, $3, $4, $5, $6)"
-	" ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id";
+#define INSERT_SQL(payload_column)                                            \
+	"INSERT INTO outbox.event_log"                                            \
+	" (biz_type, biz_key, topic, msg_key, " payload_column ", headers)"       \
+	" VALUES ($1, $2, $3, $4, $5, $6)"                                        \
+	" ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id"
 
 /*
  * The existing event for the key, and whether its content is the same
- * (headers both none or equal: IS NOT DISTINCT FROM would look up "=" by
- * name; a row stored before 0.3.0 may hold '{}' for none).  The row lock is WAL-logged, so a retry's COMMIT waits for
+ * (the payload of the same kind and equal: the other kind's column is NULL,
+ * making the answer NULL; headers both none or equal: IS NOT DISTINCT FROM
+ * would look up "=" by name; a row stored before 0.3.0 may hold '{}' for
+ * none).  The row lock is WAL-logged, so a retry's COMMIT waits for
  * synchronous replication as the first one did (a transaction that wrote
  * no WAL does not wait): the event found may exist only on a primary just
  * recovered from a crash, and an acknowledged retry promises it.
  */
-static const char *const existing_sql =
-	"SELECT id, topic OPERATOR(pg_catalog.=) $3"
-	"       AND msg_key OPERATOR(pg_catalog.=) $4"
-	"       AND payload OPERATOR(pg_catalog.=) $5"
-	"       AND COALESCE(headers OPERATOR(pg_catalog.=) $6,"
-	"                    (headers IS NULL"
-	"                     OR headers OPERATOR(pg_catalog.=) '{}'::pg_catalog.jsonb)"
-	"                    AND $6 IS NULL)"
-	"  FROM outbox.event_log"
-	" WHERE biz_type OPERATOR(pg_catalog.=) $1"
-	"   AND biz_key OPERATOR(pg_catalog.=) $2"
-	"   FOR KEY SHARE";
+#define EXISTING_SQL(payload_column)                                                 \
+	"SELECT id, topic OPERATOR(pg_catalog.=) $3"                                     \
+	"       AND msg_key OPERATOR(pg_catalog.=) $4"                                   \
+	"       AND " payload_column " OPERATOR(pg_catalog.=) $5"                        \
+	"       AND COALESCE(headers OPERATOR(pg_catalog.=) $6,"                         \
+	"                    (headers IS NULL"                                           \
+	"                     OR headers OPERATOR(pg_catalog.=) '{}'::pg_catalog.jsonb)" \
+	"                    AND $6 IS NULL)"                                            \
+	"  FROM outbox.event_log"                                                        \
+	" WHERE biz_type OPERATOR(pg_catalog.=) $1"                                      \
+	"   AND biz_key OPERATOR(pg_catalog.=) $2"                                       \
+	"   FOR KEY SHARE"
 
-static SPIPlanPtr insert_plan = NULL;
-static SPIPlanPtr existing_plan = NULL;
+static const char *const insert_sql[2] = {INSERT_SQL("payload"),
+										  INSERT_SQL("payload_bytes")};
+static const char *const existing_sql[2] = {EXISTING_SQL("payload"),
+											EXISTING_SQL("payload_bytes")};
+static SPIPlanPtr insert_plan[2] = {NULL, NULL};
+static SPIPlanPtr existing_plan[2] = {NULL, NULL};
 
-static void read_args(FunctionCallInfo fcinfo, EnqueueArgs *args);
+static Datum enqueue(FunctionCallInfo fcinfo, bool bytes);
+static void read_args(FunctionCallInfo fcinfo, EnqueueArgs *args, bool bytes);
+static size_t read_payload(FunctionCallInfo fcinfo, EnqueueArgs *args,
+						   bool bytes);
 static text *required_key(FunctionCallInfo fcinfo, int argno, const char *name,
 						  int *len);
 static Datum resolve_topic(FunctionCallInfo fcinfo, text *biz_type,
@@ -82,6 +104,7 @@ static bool existing_event(EnqueueArgs *args, int64 *id);
 static bool first_int8(int64 *id);
 
 PG_FUNCTION_INFO_V1(outbox_enqueue);
+PG_FUNCTION_INFO_V1(outbox_enqueue_bytes);
 
 /*
  * outbox_enqueue: SQL entry point, see the file header.
@@ -89,10 +112,29 @@ PG_FUNCTION_INFO_V1(outbox_enqueue);
 Datum
 outbox_enqueue(PG_FUNCTION_ARGS)
 {
+	return enqueue(fcinfo, false);
+}
+
+/*
+ * outbox_enqueue_bytes: the same with the payload as bytea, sent as the
+ * message value byte for byte (Avro, Protobuf, signed bytes).
+ */
+Datum
+outbox_enqueue_bytes(PG_FUNCTION_ARGS)
+{
+	return enqueue(fcinfo, true);
+}
+
+/*
+ * enqueue: insert the event, or find the one stored under its key; its id.
+ */
+static Datum
+enqueue(FunctionCallInfo fcinfo, bool bytes)
+{
 	EnqueueArgs args;
 	int64 id = 0;
 
-	read_args(fcinfo, &args);
+	read_args(fcinfo, &args, bytes);
 
 	SPI_connect();
 	/*
@@ -123,30 +165,22 @@ outbox_enqueue(PG_FUNCTION_ARGS)
  * (and detoasted) once and checked in place.
  */
 static void
-read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
+read_args(FunctionCallInfo fcinfo, EnqueueArgs *args, bool bytes)
 {
 	int type_len;
 	int key_len;
 	text *biz_type = required_key(fcinfo, 0, "biz_type", &type_len);
 	text *biz_key = required_key(fcinfo, 1, "biz_key", &key_len);
 	text *msg_key = biz_key;
-	Jsonb *payload;
+	size_t value_len;
 	size_t header_len = 0;
 
-	if (PG_ARGISNULL(2))
-		ereport(
-			ERROR,
-			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			 errmsg("payload must not be null"),
-			 errhint(
-				 "Use the JSON value 'null'::jsonb for an event without content.")));
-	payload = PG_GETARG_JSONB_P(2);
-
 	memset(args->nulls, ' ', sizeof(args->nulls));
+	args->bytes = bytes;
+	value_len = read_payload(fcinfo, args, bytes);
 	args->values[0] = PointerGetDatum(biz_type);
 	args->values[1] = PointerGetDatum(biz_key);
 	args->values[2] = resolve_topic(fcinfo, biz_type, type_len);
-	args->values[4] = PointerGetDatum(payload);
 
 	if (!PG_ARGISNULL(5))
 	{
@@ -160,7 +194,7 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
 	 * nil and empty maps for one): one event, stored as NULL, so a retry
 	 * spelled the other way is the same call.
 	 */
-	args->nulls[5] = 'n';
+	args->nulls[ARG_HEADERS] = 'n';
 	if (!PG_ARGISNULL(4))
 	{
 		Jsonb *headers = PG_GETARG_JSONB_P(4);
@@ -168,11 +202,37 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args)
 		header_len = outbox_check_headers(headers);
 		if (JsonContainerSize(&headers->root) > 0)
 		{
-			args->values[5] = PointerGetDatum(headers);
-			args->nulls[5] = ' ';
+			args->values[ARG_HEADERS] = PointerGetDatum(headers);
+			args->nulls[ARG_HEADERS] = ' ';
 		}
 	}
-	outbox_check_size(payload, key_len, header_len);
+	if (bytes)
+		outbox_check_bytes_size(value_len, key_len, header_len);
+	else
+		outbox_check_size(DatumGetJsonbP(args->values[ARG_PAYLOAD]), key_len,
+						  header_len);
+}
+
+/*
+ * read_payload: the payload argument, never NULL; for bytes, their length.
+ */
+static size_t
+read_payload(FunctionCallInfo fcinfo, EnqueueArgs *args, bool bytes)
+{
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("payload must not be null"),
+						errhint(bytes ? "Use an empty bytea ('') for an event "
+										"without content."
+									  : "Use the JSON value 'null'::jsonb for an "
+										"event without content.")));
+	if (!bytes)
+	{
+		args->values[ARG_PAYLOAD] = PointerGetDatum(PG_GETARG_JSONB_P(2));
+		return 0;
+	}
+	args->values[ARG_PAYLOAD] = PointerGetDatum(PG_GETARG_BYTEA_PP(2));
+	return VARSIZE_ANY_EXHDR(DatumGetPointer(args->values[ARG_PAYLOAD]));
 }
 
 /*
@@ -229,7 +289,8 @@ static bool
 insert_event(EnqueueArgs *args, int64 *id)
 {
 	SPIPlanPtr plan =
-		outbox_keep_plan(&insert_plan, insert_sql, 6, enqueue_argtypes, false);
+		outbox_keep_plan(&insert_plan[args->bytes], insert_sql[args->bytes],
+						 ENQUEUE_NARGS, enqueue_argtypes[args->bytes], false);
 	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
 
 	if (rc != SPI_OK_INSERT_RETURNING)
@@ -245,17 +306,21 @@ insert_event(EnqueueArgs *args, int64 *id)
 static bool
 existing_event(EnqueueArgs *args, int64 *id)
 {
-	SPIPlanPtr plan = outbox_keep_plan(&existing_plan, existing_sql, 6,
-									   enqueue_argtypes, false);
+	SPIPlanPtr plan =
+		outbox_keep_plan(&existing_plan[args->bytes], existing_sql[args->bytes],
+						 ENQUEUE_NARGS, enqueue_argtypes[args->bytes], false);
 	int rc = SPI_execute_plan(plan, args->values, args->nulls, false, 1);
+	Datum same;
 	bool isnull;
 
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "outbox look-up failed: %s", SPI_result_code_string(rc));
 	if (!first_int8(id))
 		return false;
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-								   SPI_tuptable->tupdesc, 2, &isnull)))
+	/* NULL: the payload is of the other kind, so not the same. */
+	same =
+		SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull && DatumGetBool(same))
 		return true;
 
 	ereport(ERROR, (errcode(ERRCODE_UNIQUE_VIOLATION),

@@ -182,6 +182,8 @@ extern char *outbox_topic_from_pattern(const char *pattern, const char *biz_type
 extern int outbox_check_key(const char *name, text *value);
 extern int outbox_check_consumer(text *value);
 extern void outbox_check_size(Jsonb *payload, int key_len, size_t header_len);
+extern void outbox_check_bytes_size(size_t value_len, int key_len,
+									size_t header_len);
 extern size_t outbox_check_headers(Jsonb *headers);
 extern OutboxNameList *outbox_name_list_parse(const char *value, bool topics,
 											  const char **problem);

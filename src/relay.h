@@ -38,13 +38,14 @@
 #define BATCH_COL_ID 1
 #define BATCH_COL_TOPIC 2
 #define BATCH_COL_MSG_KEY 3
-#define BATCH_COL_PAYLOAD 4
-#define BATCH_COL_HEADERS 5
-#define BATCH_COL_BIZ_TYPE 6
-#define BATCH_COL_BIZ_KEY 7
-#define BATCH_COL_TX 8       /* first sends only */
-#define BATCH_COL_ATTEMPTS 8 /* retries only */
-#define BATCH_MAX_COLS 9
+#define BATCH_COL_PAYLOAD 4 /* JSON, or NULL when: */
+#define BATCH_COL_PAYLOAD_BYTES 5
+#define BATCH_COL_HEADERS 6
+#define BATCH_COL_BIZ_TYPE 7
+#define BATCH_COL_BIZ_KEY 8
+#define BATCH_COL_TX 9       /* first sends only */
+#define BATCH_COL_ATTEMPTS 9 /* retries only */
+#define BATCH_MAX_COLS 10
 
 /*
  * One batch row, its columns taken apart once: reading them one by one

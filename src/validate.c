@@ -182,18 +182,16 @@ check_length(const char *name, text *value, int max_len)
 }
 
 /*
- * outbox_check_size: reject an event whose Kafka message would exceed
- * outbox.max_payload_size: the payload as compact JSON text, the message
- * key (key_len bytes) and the header names and values (header_len bytes),
- * the parts of a record Kafka's message.max.bytes counts.
+ * value_budget: what outbox.max_payload_size leaves for the message value
+ * once the message key (key_len bytes) and the header names and values
+ * (header_len bytes) are counted, the parts of a record Kafka's
+ * message.max.bytes counts; an error if nothing is left.
  */
-void
-outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
+static int64
+value_budget(int key_len, size_t header_len)
 {
-	int64 limit = outbox_max_payload_size;
-	int64 budget = limit - key_len - (int64) header_len;
-	size_t value_len = 0;
-	bool complete;
+	int64 budget =
+		(int64) outbox_max_payload_size - key_len - (int64) header_len;
 
 	if (budget < 0)
 		ereport(
@@ -206,8 +204,20 @@ outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 					   key_len, header_len, outbox_max_payload_size),
 			 errhint("Send large values in the payload of another event, or "
 					 "a reference to them.")));
-	complete = outbox_json_compact_size(payload, budget, &value_len);
-	if (complete)
+	return budget;
+}
+
+/*
+ * outbox_check_size: reject an event whose Kafka message would exceed
+ * outbox.max_payload_size, its value being the payload as compact JSON.
+ */
+void
+outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
+{
+	int64 budget = value_budget(key_len, header_len);
+	size_t value_len = 0;
+
+	if (outbox_json_compact_size(payload, budget, &value_len))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
@@ -215,6 +225,24 @@ outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 			 errdetail("Its payload as compact JSON text (at least %zu bytes), "
 					   "message key (%d bytes) and header names and values (%zu "
 					   "bytes) exceed outbox.max_payload_size (%d bytes).",
+					   value_len, key_len, header_len, outbox_max_payload_size),
+			 errhint("Store large documents elsewhere and send a reference.")));
+}
+
+/*
+ * outbox_check_bytes_size: the same for a value of value_len bytes.
+ */
+void
+outbox_check_bytes_size(size_t value_len, int key_len, size_t header_len)
+{
+	if ((int64) value_len <= value_budget(key_len, header_len))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+			 errmsg("event is too large"),
+			 errdetail("Its payload (%zu bytes), message key (%d bytes) and "
+					   "header names and values (%zu bytes) exceed "
+					   "outbox.max_payload_size (%d bytes).",
 					   value_len, key_len, header_len, outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }

@@ -129,8 +129,9 @@ BEGIN
     IF cardinality(codes) > 0 THEN
         RETURN;
     END IF;
+    -- No headers, '{}' or NULL, are stored as NULL.
     SELECT l.id, l.topic = t AND l.msg_key = coalesce(mk, bk) AND l.payload = p
-                 AND l.headers IS NOT DISTINCT FROM h
+                 AND l.headers IS NOT DISTINCT FROM nullif(h, '{}')
       INTO same_id, same
       FROM outbox.event_log l WHERE l.biz_type = bt AND l.biz_key = bk;
     IF NOT FOUND THEN
@@ -431,7 +432,7 @@ BEGIN
         ELSIF m.same_id IS NULL AND (ev.payload::text IS DISTINCT FROM e.v[3]::jsonb::text
                                      OR ev.topic IS DISTINCT FROM t
                                      OR ev.msg_key IS DISTINCT FROM coalesce(e.v[6], e.v[2])
-                                     OR ev.headers::text IS DISTINCT FROM e.v[5]::jsonb::text
+                                     OR ev.headers::text IS DISTINCT FROM nullif(e.v[5]::jsonb, '{}')::text
                                      OR ev.tx <> pg_current_xact_id()) THEN
             r.problem := format('event %s is not what was enqueued: %s', ev.id, left(ev::text, 300));
         ELSIF m.same_id IS NULL AND (SELECT count(*) FROM outbox.event_log WHERE id > prev_max) <> 1 THEN

@@ -24,6 +24,41 @@ t_delivery() {
     wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"
 }
 
+# enqueue_bytes: every byte value, NUL, tab and newline among them, arrives
+# as it was given, between JSON events of the same keys in their order.
+t_raw_payload() {
+    local topic=it.raw out=$IT_TMP/raw.tsv
+    sql "SELECT count(CASE WHEN i % 3 = 0
+                      THEN outbox.enqueue('Json', 'rj-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || (i % 4))
+                      ELSE outbox.enqueue_bytes('Raw', 'rb-' || i,
+                               decode(md5(i::text) || 'ff00090a0d5c7f', 'hex') || int4send(i)
+                               || CASE WHEN i = 1 THEN (SELECT string_agg(set_byte('\x00'::bytea, 0, b), ''::bytea)
+                                                          FROM generate_series(0, 255) b)
+                                       ELSE ''::bytea END,
+                               topic => '$topic', msg_key => 'k' || (i % 4),
+                               headers => '{\"content-type\": \"application/octet-stream\"}')
+                 END)
+           FROM generate_series(1, 30) i" >/dev/null
+    sql "SELECT outbox.enqueue_bytes('Raw', 'rb-empty', '', topic => '$topic', msg_key => 'k0')" >/dev/null
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t $topic -n 31 -T 30000 -x >"$out" 2>/dev/null \
+        || fail "not all 31 events arrived ($(wc -l <"$out"))"
+    load_consumed got_raw "$out"
+    expect "bytes arrived as given" "$(sql "
+        SELECT count(*) FROM got_raw g JOIN outbox.event_log l ON l.id = g.event_id
+         WHERE l.payload_bytes IS NOT NULL AND g.value = '\\x' || encode(l.payload_bytes, 'hex')
+           AND g.key = l.msg_key AND g.headers LIKE '%,content-type=application/octet-stream'")" 20
+    expect "the empty value arrived empty" "$(sql "
+        SELECT g.value FROM got_raw g JOIN outbox.event_log l ON l.id = g.event_id WHERE l.biz_key = 'rb-empty'")" '\x'
+    expect "JSON between them, as compact JSON" "$(sql "
+        SELECT count(*) FROM got_raw g JOIN outbox.event_log l ON l.id = g.event_id
+         WHERE CASE WHEN l.payload IS NOT NULL
+                    THEN convert_from(decode(substr(g.value, 3), 'hex'), 'UTF8')::jsonb = l.payload END")" 10
+    expect "order per key" "$(sql "
+        SELECT count(*) FROM (SELECT event_id - lag(event_id) OVER (PARTITION BY key ORDER BY off) AS step
+                                FROM got_raw) s WHERE step <= 0")" 0
+    wait_until 10 "$(all_sent $topic 31)" || fail "events not all marked sent"
+}
+
 # Concurrent writers, a fifth of them rolling back: every committed event
 # arrives, no rolled-back one does.
 t_concurrent_rollbacks() {

@@ -12,13 +12,14 @@
  *		created_ms the message's timestamp, set by the producer at send.
  *
  * usage: outbox-consume -b BROKERS -t TOPIC [-t TOPIC ...] [-n COUNT] [-U]
- *                       [-T TIMEOUT_MS] [-i IDLE_MS] [-e TAIL]
+ *                       [-T TIMEOUT_MS] [-i IDLE_MS] [-e TAIL] [-x]
  *		Stops after COUNT messages, after TIMEOUT_MS in all, once no
  *		message came for IDLE_MS after the first, or at SIGTERM, having
  *		written what it received; exit status 0 if COUNT (when given) was
  *		reached, else 1.  -U reads uncommitted messages too (those of
  *		aborted Kafka transactions).  -e reads only the last TAIL messages
- *		of each partition.
+ *		of each partition.  -x prints the value in hex, "\x" and two digits
+ *		a byte as PostgreSQL writes bytea, for values that are not text.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -130,6 +131,21 @@ put_num(long long v)
 	put(p, buf + sizeof(buf) - p);
 }
 
+static int	hex_values = 0;
+
+static void
+put_hex(const unsigned char *data, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	put_str("\\x");
+	for (size_t i = 0; i < len; i++)
+	{
+		putchar_unlocked(digits[data[i] >> 4]);
+		putchar_unlocked(digits[data[i] & 15]);
+	}
+}
+
 static void
 print_message(const rd_kafka_message_t *m)
 {
@@ -161,7 +177,9 @@ print_message(const rd_kafka_message_t *m)
 		}
 	}
 	putchar_unlocked('\t');
-	if (m->payload)
+	if (hex_values)
+		put_hex(m->payload, m->payload ? m->len : 0);
+	else if (m->payload)
 		put(m->payload, m->len);
 	putchar_unlocked('\t');
 	put_num(now_us());
@@ -184,7 +202,7 @@ main(int argc, char **argv)
 	char		err[512];
 	int			opt;
 
-	while ((opt = getopt(argc, argv, "b:t:n:T:i:Ue:")) != -1)
+	while ((opt = getopt(argc, argv, "b:t:n:T:i:Ue:x")) != -1)
 	{
 		switch (opt)
 		{
@@ -195,8 +213,9 @@ main(int argc, char **argv)
 			case 'i': idle_ms = atol(optarg); break;
 			case 'U': isolation = "read_uncommitted"; break;
 			case 'e': from = RD_KAFKA_OFFSET_TAIL(atol(optarg)); break;
+			case 'x': hex_values = 1; break;
 			default:
-				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS] [-U] [-e TAIL]\n");
+				fprintf(stderr, "usage: outbox-consume -b BROKERS -t TOPIC... [-n COUNT] [-T TIMEOUT_MS] [-i IDLE_MS] [-U] [-e TAIL] [-x]\n");
 				return 2;
 		}
 	}
