@@ -24,6 +24,42 @@ t_delivery() {
     wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"
 }
 
+# dashboard_names metrics|labels: the metric or label names
+# contrib/grafana/outbox.json's queries, variables and legends use.
+dashboard_names() {
+    python3 - "$1" contrib/grafana/outbox.json <<'PY'
+import json, re, sys
+what, path = sys.argv[1], sys.argv[2]
+exprs, legends = [], []
+def walk(node):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("expr", "definition") and isinstance(v, str):
+                exprs.append(v)
+            elif k == "legendFormat" and isinstance(v, str):
+                legends.append(v)
+            else:
+                walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            walk(v)
+walk(json.load(open(path)))
+names = set()
+for e in exprs:
+    if what == "metrics":
+        names |= set(re.findall(r"\b(outbox_[a-z_]+)\b", e))
+    else:
+        for group in re.findall(r"\bby\s*\(([^)]*)\)", e):
+            names |= {n.strip() for n in group.split(",") if n.strip()}
+        names |= set(re.findall(r"([a-z_]+)\s*=~?\s*\"", e))
+        names |= set(re.findall(r"label_values\([a-z_]+,\s*([a-z_]+)\)", e))
+if what == "labels":
+    for l in legends:
+        names |= set(re.findall(r"\{\{\s*([a-z_]+)\s*\}\}", l))
+print(" ".join(sorted(names)))
+PY
+}
+
 # enqueue_bytes: every byte value, NUL, tab and newline among them, arrives
 # as it was given, between JSON events of the same keys in their order.
 t_raw_payload() {
@@ -657,17 +693,30 @@ t_retention() {
 # The postgres_exporter queries run, and every metric is one of their
 # columns; sent_total counts the events a consumer received, by id.
 t_exporter_queries() {
-    local yaml=contrib/postgres_exporter/queries.yaml name query columns metric
-    local topic=it.exporter out=$IT_TMP/exporter.tsv before
+    local yaml=contrib/postgres_exporter/queries.yaml name query columns metric usage
+    local topic=it.exporter out=$IT_TMP/exporter.tsv before produced=" " labels=" instance job server "
     while IFS=$'\t' read -r name query; do
         columns=$("$PGBIN/psql" -X -q -d "$IT_DB" --csv -c "$query" 2>&1 | head -n 1) \
             || { fail "query of $name failed: $columns"; continue; }
-        for metric in $(awk -v block="$name:" '$0 == block {on=1; next} /^[a-z_]+:$/ {on=0}
-                         on && /^    - [a-z_]+:$/ {sub(/^    - /, ""); sub(/:$/, ""); print}' "$yaml"); do
-            [[ ",$columns," == *",$metric,"* ]] || fail "$name: metric $metric is not a column ($columns)"
-        done
+        while read -r metric usage; do
+            [[ ",$columns," == *",$metric,"* ]] || { fail "$name: metric $metric is not a column ($columns)"; continue; }
+            # What postgres_exporter makes of a column: a label, or the
+            # metric QUERYNAME_COLUMN.
+            if [ "$usage" = LABEL ]; then labels+="$metric "; else produced+="${name}_$metric "; fi
+        done < <(awk -v block="$name:" '$0 == block {on=1; next} /^[a-z_]+:$/ {on=0}
+                     on && /^    - [a-z_]+:$/ {m=$0; sub(/^    - /, "", m); sub(/:$/, "", m)}
+                     on && /^        usage: / {u=$0; gsub(/.*usage: "|"$/, "", u); print m, u}' "$yaml")
     done < <(awk '/^[a-z_]+:$/ {name=$0; sub(/:$/, "", name)}
                   /^  query: / {q=$0; sub(/^  query: "/, "", q); sub(/"$/, "", q); print name "\t" q}' "$yaml")
+    # The Grafana dashboard uses only metrics and labels these queries give.
+    read -r -a used < <(dashboard_names metrics)
+    [ "${#used[@]}" -ge 8 ] || fail "dashboard: only ${#used[@]} metrics found in its expressions"
+    for metric in "${used[@]}"; do
+        [[ "$produced" == *" $metric "* ]] || fail "dashboard: metric $metric is not produced by $yaml"
+    done
+    for metric in $(dashboard_names labels); do
+        [[ "$labels" == *" $metric "* ]] || fail "dashboard: label $metric is not produced by $yaml"
+    done
     expect "relay rows" "$(sql "SELECT count(*) FROM outbox.relay_status()")" 1
     before=$(sql "SELECT sent_total FROM outbox.relay_status()")
     sql "SELECT count(outbox.enqueue('T', 'exp-' || i, '{}', topic => '$topic')) FROM generate_series(1, 5) i" >/dev/null
