@@ -58,6 +58,13 @@ test:
 demo:
 	scripts/demo
 
+# The client examples (examples/): a producer and a consumer in Python,
+# Node.js, Go and Java, run end to end on a throwaway cluster and a real
+# broker.  Phony: examples/ is a directory of that name.
+.PHONY: examples
+examples:
+	examples/run
+
 # The Debian package postgresql-NN-outbox, built from a copy of the tree;
 # the .deb lands in build/deb/.
 deb:
