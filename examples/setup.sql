@@ -23,10 +23,12 @@ CREATE TABLE reservations (
     event_id bigint NOT NULL
 );
 
--- The producer: enqueue, and its own table, nothing else.
+-- The producer: enqueue (JSON) and enqueue_bytes (the Avro example), and
+-- its own table, nothing else.
 CREATE ROLE order_service LOGIN;
 GRANT USAGE ON SCHEMA outbox TO order_service;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text) TO order_service;
+GRANT EXECUTE ON FUNCTION outbox.enqueue_bytes(text, text, bytea, text, jsonb, text) TO order_service;
 GRANT INSERT ON orders TO order_service;
 ALTER ROLE order_service SET outbox.allowed_topics = 'orders.*';
 
