@@ -137,6 +137,24 @@ relay_mark_sent(const int64 *ids, int n)
 }
 
 /*
+ * Topics whose refusal was logged lately: a refused topic is said once a
+ * minute, however many of its events fail, and no other line names it
+ * while its events wait (librdkafka 2.14 logs nothing of it).
+ */
+#define REFUSALS_KEPT 16
+#define REFUSAL_REPEAT_MS 60000
+
+typedef struct RefusalSaid
+{
+	uint64 topic_hash;
+	TimestampTz at;
+} RefusalSaid;
+
+static RefusalSaid refusals_said[REFUSALS_KEPT];
+
+static void log_refused(const OutboxMessage *msg, const char *error);
+
+/*
  * relay_record_outcome: what Kafka answered for event i of batch, which
  * has a state row of its own: sent, or failed once more.
  */
@@ -178,6 +196,8 @@ relay_record_failure(const RelayBatch *batch, int i)
 					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
 					error);
 	note_refused(msg->event_id, refused && !dead && failures >= 2);
+	if (refused && !dead)
+		log_refused(msg, error);
 	/* What relay_status() shows, once this is recorded. */
 	((OutboxMessage *) msg)->error_text =
 		MemoryContextStrdup(batch->memory, error);
@@ -199,6 +219,42 @@ log_dead(const OutboxMessage *msg, int failures, const char *error)
 	ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
 						 " is dead after %d failed attempts: %s",
 						 msg->event_id, failures, error)));
+}
+
+/*
+ * log_refused: say that Kafka refused an event of msg's topic and that its
+ * events wait, unless that was said of the topic within the last minute.
+ */
+static void
+log_refused(const OutboxMessage *msg, const char *error)
+{
+	uint64 hash = relay_topic_hash(msg->topic);
+	TimestampTz now = GetCurrentTimestamp();
+	RefusalSaid *oldest = &refusals_said[0];
+
+	for (int i = 0; i < REFUSALS_KEPT; i++)
+	{
+		RefusalSaid *said = &refusals_said[i];
+
+		if (said->at != 0 && said->topic_hash == hash)
+		{
+			if (!TimestampDifferenceExceeds(said->at, now, REFUSAL_REPEAT_MS))
+				return;
+			oldest = said;
+			break;
+		}
+		if (said->at < oldest->at)
+			oldest = said;
+	}
+	oldest->topic_hash = hash;
+	oldest->at = now;
+	if (strstr(error, msg->topic) == NULL)
+		error = psprintf("%s (topic \"%.200s\")", error, msg->topic);
+	ereport(LOG, (errmsg("outbox relay: Kafka refused event " INT64_FORMAT ": %s",
+						 msg->event_id, error),
+				  errdetail("It is retried with backoff, and dead after "
+							"outbox.max_attempts refusals; a topic's refusals "
+							"are said once a minute.")));
 }
 
 /*

@@ -385,6 +385,7 @@ t_eos_commit_slow() {
 t_eos_stuck_topic_isolated() {
     local known=mock.eos.refused unknown=mock.eos.stuck healthy=mock.eos.stuck.healthy
     local out=$IT_TMP/eos_stuck.tsv pid cpid fast topic
+    skip_case "$(mock_topic_errors_crash)" && return
     mock_eos_ready $healthy || return
     pid=$(relay_pid)
     LOG_MARK=$(log_mark)
