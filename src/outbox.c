@@ -144,9 +144,9 @@ define_enqueue_settings(void)
 	DefineCustomIntVariable(
 		"outbox.max_payload_size",
 		gettext_noop(
-			"Largest event outbox.enqueue() accepts: payload as compact JSON, key and headers."),
+			"Largest event outbox.enqueue() and enqueue_bytes() accept: value, key and headers."),
 		gettext_noop(
-			"Counts what Kafka's message.max.bytes counts: the payload as compact JSON text, the message key, and the names and values of the event's headers. Keep it below the broker's message.max.bytes."),
+			"Counts what Kafka's message.max.bytes counts: the message value (enqueue's payload as compact JSON text, enqueue_bytes' bytes), the message key, and the names and values of the event's headers. Keep it below the broker's message.max.bytes."),
 		&outbox_max_payload_size, DEFAULT_MAX_PAYLOAD_SIZE, 1,
 		MAX_MAX_PAYLOAD_SIZE, PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
