@@ -22,11 +22,18 @@ kafka_classpath() {
     cat "$cpfile"
 }
 
-# kafka_free_port: a TCP port on loopback nobody listens on.
+# kafka_free_port [TAKEN...]: a TCP port on loopback nobody listens on,
+# none of TAKEN.  Below the kernel's ephemeral range (32768 up, here and
+# on Debian's default): a port from it may become the local end of any
+# outgoing connection, a broker's own among them, between this choice and
+# the bind, and a node of a three-node cluster once failed to start so.
 kafka_free_port() {
-    local port
+    local port low=20000 high
+    high=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$high" -gt $((low + 1000)) ] || high=$((low + 10000))
     while :; do
-        port=$((20000 + RANDOM % 40000))
+        port=$((low + RANDOM % (high - low)))
+        [[ " $* " == *" $port "* ]] && continue
         (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
     done
 }
@@ -38,7 +45,7 @@ kafka_setup() {
     KAFKA_CP=$(kafka_classpath) || return 1
     local port ctl
     port=$(kafka_free_port)
-    ctl=$(kafka_free_port)
+    ctl=$(kafka_free_port "$port")
     KAFKA_BROKERS=127.0.0.1:$port
     cat >"$KAFKA_DIR/server.properties" <<CONF
 process.roles=broker,controller

@@ -18,10 +18,11 @@ KCLUSTER_JVM_OPTS=${KCLUSTER_JVM_OPTS:--Xms128m -Xmx384m -XX:+UseSerialGC}
 # kcluster_setup DIR N: configure and format N nodes under DIR/1 .. DIR/N.
 kcluster_setup() {
     local dir=$1 n=$2 voters= id port ctl
-    KCLUSTER_DIR=$dir KCLUSTER_N=$n KCLUSTER_BROKERS= KCLUSTER_PIDS=()
+    KCLUSTER_DIR=$dir KCLUSTER_N=$n KCLUSTER_BROKERS= KCLUSTER_PIDS=() KCLUSTER_PORT=() KCLUSTER_CTL=()
     KAFKA_CP=$(kafka_classpath) || return 1
     for id in $(seq 1 "$n"); do
-        port=$(kafka_free_port) ctl=$(kafka_free_port)
+        port=$(kafka_free_port "${KCLUSTER_PORT[@]}" "${KCLUSTER_CTL[@]}")
+        ctl=$(kafka_free_port "${KCLUSTER_PORT[@]}" "${KCLUSTER_CTL[@]}" "$port")
         KCLUSTER_PORT[$id]=$port KCLUSTER_CTL[$id]=$ctl
         voters+="${voters:+,}$id@127.0.0.1:$ctl"
         KCLUSTER_BROKERS+="${KCLUSTER_BROKERS:+,}127.0.0.1:$port"
