@@ -127,6 +127,53 @@ t_refused_topic_isolated() {
     reset_properties
 }
 
+# The bound on a refused topic's event being dead, from its enqueue: the
+# broker names the refusal, so outbox.max_attempts (3) tries and their
+# backoffs (at most 1 s each here) are all it takes; message.timeout.ms
+# (30 s, the relay's default) is not waited for, not even once.
+REFUSED_DEAD_BOUND_S=10
+
+# refused_dies_fast MODE TOPIC CODE ERROR: in outbox.delivery MODE, the
+# mock's Metadata answers CODE for TOPIC, whose one event is dead with
+# attempts = 3 and last_error matching ERROR (a regular expression)
+# within REFUSED_DEAD_BOUND_S of its enqueue, while a healthy topic flows.
+refused_dies_fast() {
+    local mode=$1 topic=$2 id dead_ms
+    refused_event "$topic" "$3" K
+    id=$REFUSED_ID
+    healthy_flow "$topic.healthy" 50
+    if wait_until $((REFUSED_AT + REFUSED_DEAD_BOUND_S - SECONDS))         "SELECT status = 'dead' AND attempts = 3 AND last_error ~* '$4' FROM outbox.events WHERE id = $id"; then
+        dead_ms=$(sql "SELECT (extract(epoch FROM s.updated_at - l.created_at) * 1000)::int
+                         FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE id = $id")
+        echo "#   $mode: event of $topic dead $dead_ms ms after its enqueue"
+    else
+        fail "$mode: event $id of $topic not dead with '$4' within $REFUSED_DEAD_BOUND_S s:" \
+            "$(sql "SELECT status || '/' || attempts || '/' || coalesce(last_error, '(no error)') FROM outbox.events WHERE id = $id")"
+    fi
+}
+
+# Topics the broker refuses for good (TOPIC_AUTHORIZATION_FAILED: one
+# missing ACL; INVALID_TOPIC_EXCEPTION) each get one event, in both
+# delivery modes: each is dead with the cluster's error after
+# outbox.max_attempts tries, within seconds of its enqueue, while a
+# healthy topic keeps flowing.  Before, the event waited 'sending', with
+# no attempt and no error, for minutes.
+t_refused_topic_dead_fast() {
+    local pid
+    skip_case "$(mock_topic_errors_crash)" && return
+    pid=$(relay_pid)
+    reset_properties
+    LOG_MARK=$(log_mark)
+    refused_dies_fast at_least_once mock.dead.auth 29 '[Aa]uthoriz'
+    refused_dies_fast at_least_once mock.dead.invalid 17 'invalid'
+    mock_eos_ready mock.dead.eos.ready || return
+    refused_dies_fast exactly_once mock.dead.eos.auth 29 '[Aa]uthoriz'
+    refused_dies_fast exactly_once mock.dead.eos.invalid 17 'invalid'
+    set_delivery at_least_once
+    log_shows 'outbox relay: event [0-9]+ is dead after 3 failed attempts: .*mock.dead.auth'
+    relay_steady "$pid"
+}
+
 # replayed_until_sent TOPIC ID: replay event ID until it is sent: librdkafka
 # keeps a refused topic's state for a moment after the broker allows it
 # again, and may refuse the replayed event once more.
