@@ -260,7 +260,8 @@ log_refused(const OutboxMessage *msg, const char *error)
 /*
  * failure_text: why event i failed, in at most a few hundred bytes.  A
  * timeout is the broker's sake unless the cluster, which acknowledges
- * others, reports an error for the event's topic: then *refused.
+ * others, reports an error for the event's topic: then *refused.  An
+ * unknown topic names the cluster's word too (an invalid name, say).
  */
 static const char *
 failure_text(const RelayBatch *batch, int i, bool *refused)
@@ -268,7 +269,7 @@ failure_text(const RelayBatch *batch, int i, bool *refused)
 	const OutboxMessage *msg = &batch->msgs[i];
 	char reported[256];
 
-	if (msg->timed_out &&
+	if ((msg->timed_out || msg->topic_unknown) &&
 		outbox_kafka_topic_refused(msg->topic, reported, sizeof(reported)))
 	{
 		*refused = true;

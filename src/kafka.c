@@ -65,6 +65,18 @@
 #define REFUSAL_KEEP_MS 5000
 
 /*
+ * The rule for a topic the cluster refuses.  An authorization failure or
+ * an invalid name is the cluster's answer for good (until an operator
+ * acts): the events of such a topic fail at once, each failure an attempt,
+ * with the cluster's error.  librdkafka may hold them instead until
+ * message.timeout.ms (2.0 does when a Metadata answer lists partitions
+ * beside the error), so the relay takes them back (permanent_refusal) and
+ * refuses new ones at once while the judgement holds.  An unknown topic
+ * is not judged so: it may be created a moment later, so librdkafka's
+ * topic.metadata.propagation.max.ms (30 s) passes before it fails.
+ */
+
+/*
  * How long librdkafka keeps trying a message, unless a property says
  * otherwise.  librdkafka's own default (5 minutes) is how long each try of
  * an event of a refused topic would last; 30 s rides out a leader election
@@ -109,6 +121,7 @@ typedef struct TopicReport
 	uint32 hash; /* of the topic; 0 for a free slot */
 	TimestampTz asked_at;
 	bool refused;
+	int permanent; /* the cluster's error, if it refuses the topic for good */
 	char text[128];
 } TopicReport;
 
@@ -129,6 +142,7 @@ static uint64 acked_seq = 0;         /* the latest queued of those acked */
 static uint64 failures = 0;          /* messages refused or failed so far */
 static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
 static bool fatal_error = false;
+static bool transactional = false;           /* a transactional.id was given */
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
 static int log_count = 0;
@@ -157,6 +171,8 @@ static bool apply_entry(rd_kafka_conf_t *conf, char *entry, int position,
 						char *problem, size_t size);
 static char *next_entry(const char **cursor);
 static char *trimmed(char *text);
+static KafkaSendResult refused_at_once(OutboxMessage *msg,
+									   rd_kafka_resp_err_t err);
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg,
 						void *opaque);
 static void on_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -173,6 +189,10 @@ static rd_kafka_resp_err_t topic_metadata_error(const char *topic);
 static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 													   int timeout_ms);
 static rd_kafka_topic_t *known_topic(const char *topic);
+static TopicReport *topic_report(const char *topic);
+static bool refused_for_good(rd_kafka_resp_err_t err);
+static rd_kafka_resp_err_t permanent_refusal(const char *topic);
+static void take_back_refused(void);
 static void forget_topics(void);
 static bool open_wake_pipe(void);
 static void drain_wake_pipe(void);
@@ -210,6 +230,8 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	}
 	rd_kafka_set_log_queue(producer, NULL);
 	generation++;
+	transactional = transactional_id != NULL;
+	memset(reports, 0, sizeof(reports));
 	outstanding = 0;
 	outstanding_bytes = 0;
 	memset(known_topics, 0, sizeof(known_topics));
@@ -300,10 +322,12 @@ KafkaSendResult
 outbox_kafka_send(OutboxMessage *msg)
 {
 	rd_kafka_headers_t *headers;
-	rd_kafka_resp_err_t err;
+	rd_kafka_resp_err_t err = permanent_refusal(msg->topic);
+	rd_kafka_topic_t *rkt;
 
-	rd_kafka_topic_t *rkt = known_topic(msg->topic);
-
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return refused_at_once(msg, err);
+	rkt = known_topic(msg->topic);
 	headers = rd_kafka_headers_new(msg->nheaders);
 	for (int i = 0; i < msg->nheaders; i++)
 		rd_kafka_header_add(headers, msg->header_names[i], -1,
@@ -336,9 +360,19 @@ outbox_kafka_send(OutboxMessage *msg)
 	rd_kafka_headers_destroy(headers);
 	if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		return KAFKA_FULL;
+	return refused_at_once(msg, err);
+}
+
+/*
+ * refused_at_once: msg was refused when sent, for err.
+ */
+static KafkaSendResult
+refused_at_once(OutboxMessage *msg, rd_kafka_resp_err_t err)
+{
 	msg->done = true;
 	msg->error = err;
 	msg->transient = is_transient(producer, err);
+	msg->topic_unknown = err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
 	msg->error_text = rd_kafka_err2str(err);
 	failures++;
 	return KAFKA_REFUSED;
@@ -682,12 +716,17 @@ static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 {
 	OutboxMessage *msg = (OutboxMessage *) rkmessage->_private;
+	rd_kafka_resp_err_t err = rkmessage->err;
 
 	outstanding--;
 	if (msg == NULL)
 		return;
 	outstanding_bytes -= msg->value_len;
-	if (rkmessage->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	/* Taken back by take_back_refused: the cluster's refusal is the answer. */
+	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
+		permanent_refusal(msg->topic) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = permanent_refusal(msg->topic);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		broker_state = "up";
 		latest_problem[0] = '\0';
@@ -695,18 +734,18 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 		acked_seq = Max(acked_seq, msg->seq);
 	}
 	msg->done = true;
-	msg->error = rkmessage->err;
-	if (rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	msg->error = err;
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		failures++;
 	/* Only failures need classifying: not on every acknowledged message. */
-	msg->transient = rkmessage->err != RD_KAFKA_RESP_ERR_NO_ERROR &&
-					 is_transient(rk, rkmessage->err);
+	msg->transient = err != RD_KAFKA_RESP_ERR_NO_ERROR && is_transient(rk, err);
 	if (msg->transient)
 		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
-	msg->error_text = rkmessage->err ? rd_kafka_err2str(rkmessage->err) : NULL;
-	msg->timed_out = rkmessage->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
-	msg->purged = rkmessage->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
-				  rkmessage->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+	msg->error_text = err ? rd_kafka_err2str(err) : NULL;
+	msg->timed_out = err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+	msg->topic_unknown = err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+	msg->purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
+				  err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
 }
 
 /*
@@ -964,36 +1003,99 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 bool
 outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 {
-	uint32 hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
-	TimestampTz now = GetCurrentTimestamp();
-	TopicReport *slot = &reports[0];
+	TopicReport *slot;
 
 	if (producer == NULL || strcmp(broker_state, "down") == 0)
 		return false;
-	for (int i = 0; i < REFUSAL_SLOTS; i++)
-	{
-		if (reports[i].hash == hash)
-		{
-			slot = &reports[i];
-			break;
-		}
-		if (reports[i].asked_at < slot->asked_at)
-			slot = &reports[i];
-	}
-	if (slot->hash != hash ||
-		TimestampDifferenceExceeds(slot->asked_at, now, REFUSAL_KEEP_MS))
+	slot = topic_report(topic);
+	if (TimestampDifferenceExceeds(slot->asked_at, GetCurrentTimestamp(),
+								   REFUSAL_KEEP_MS))
 	{
 		rd_kafka_resp_err_t err = topic_metadata_error(topic);
 
-		slot->hash = hash;
-		slot->asked_at = now;
+		slot->asked_at = GetCurrentTimestamp();
 		slot->refused = err != RD_KAFKA_RESP_ERR_NO_ERROR &&
 						err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+		slot->permanent = refused_for_good(err) ? err : 0;
 		strlcpy(slot->text, rd_kafka_err2str(err), sizeof(slot->text));
+		if (slot->permanent)
+			take_back_refused();
 	}
 	if (slot->refused)
 		strlcpy(text, slot->text, size);
 	return slot->refused;
+}
+
+/*
+ * topic_report: the slot of topic's latest judgement; a slot never asked
+ * for (asked_at 0), the oldest one's, if topic has none.
+ */
+static TopicReport *
+topic_report(const char *topic)
+{
+	uint32 hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
+	TopicReport *slot = &reports[0];
+
+	for (int i = 0; i < REFUSAL_SLOTS; i++)
+	{
+		if (reports[i].hash == hash)
+			return &reports[i];
+		if (reports[i].asked_at < slot->asked_at)
+			slot = &reports[i];
+	}
+	memset(slot, 0, sizeof(*slot));
+	slot->hash = hash;
+	return slot;
+}
+
+/*
+ * refused_for_good: whether the cluster's err for a topic stays until an
+ * operator acts (see the rule at the top of this file).
+ */
+static bool
+refused_for_good(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+		   err == RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION;
+}
+
+/*
+ * permanent_refusal: the cluster's error if it refused topic for good
+ * within the last REFUSAL_KEEP_MS, else none.  Never asks the cluster.
+ */
+static rd_kafka_resp_err_t
+permanent_refusal(const char *topic)
+{
+	uint32 hash = 0;
+
+	for (int i = 0; i < REFUSAL_SLOTS; i++)
+	{
+		/* Called on every send: hash only when some topic is refused. */
+		if (reports[i].permanent != 0 && hash == 0)
+			hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
+		if (reports[i].permanent != 0 && reports[i].hash == hash &&
+			!TimestampDifferenceExceeds(reports[i].asked_at,
+										GetCurrentTimestamp(), REFUSAL_KEEP_MS))
+			return (rd_kafka_resp_err_t) reports[i].permanent;
+	}
+	return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/*
+ * take_back_refused: fail the messages librdkafka holds for a topic the
+ * cluster refuses for good, now rather than at message.timeout.ms.
+ * librdkafka purges only a whole producer's queues: the messages of other
+ * topics not yet sent come back too, as purged (no attempt: they are sent
+ * again at once); those in requests on the wire are left alone.  Not in a
+ * Kafka transaction: there the relay aborts the transaction of a stuck
+ * event, which takes its messages back.
+ */
+static void
+take_back_refused(void)
+{
+	if (transactional)
+		return;
+	(void) rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE);
 }
 
 /*

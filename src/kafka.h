@@ -46,6 +46,7 @@ typedef struct OutboxMessage
 	int error;              /* 0 when Kafka acknowledged it */
 	bool transient;         /* failed for the broker's sake, not its own */
 	bool timed_out;         /* librdkafka gave up waiting for the broker */
+	bool topic_unknown;     /* librdkafka found no such topic */
 	bool purged;            /* the producer was stopped before an answer */
 	const char *error_text; /* static text from librdkafka */
 } OutboxMessage;
