@@ -366,6 +366,43 @@ t_payload_memory() {
     reset_properties
 }
 
+# --- sizes that hold end to end (real broker) ----------------------------
+
+# At the default outbox.max_payload_size (1,000,000 bytes, librdkafka's
+# message.max.bytes) and the broker's default max.message.bytes: the
+# largest event enqueue accepts is delivered, and one a byte larger is
+# refused by enqueue (22001).  librdkafka counts 36 bytes of record
+# framing, the key, the value, and each header's name, value and their
+# varint lengths: event_id (8 + at most 19 + 2), biz_type T (8 + 1 + 2),
+# biz_key (7 + 8 + 2): 93 bytes and a key of 8 leave 999,899 for the
+# value.  Before, enqueue counted neither the relay's headers nor the
+# framing, up to 1 MiB: events from about 1,000,000 bytes on were
+# accepted and then dead.  Then message.max.bytes below the limit is said
+# in the log, with a hint.
+t_size_limit_default() {
+    local topic=it.size out=$IT_TMP/size.tsv id got mark
+    reset_properties
+    reset_setting outbox.max_payload_size
+    expect "default limit" "$(sql "SHOW outbox.max_payload_size")" 1000000B
+    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-over', decode(repeat('00', 999900), 'hex'), topic => '$topic')" 2>&1)
+    [[ $got == *"ERROR:  event is too large"* ]] || fail "an event a byte over the limit: got '$got'"
+    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-max', decode(repeat('5a', 999899), 'hex'), topic => '$topic')" 2>&1)
+    [[ $got =~ ^[0-9]+$ ]] || { fail "the largest event was refused: $got"; return; }
+    id=$got
+    consume $topic 1 30000 >"$out" || fail "the largest event did not arrive"
+    load_consumed got_size "$out"
+    expect "the largest event's value length" "$(sql "SELECT length(value) FROM got_size WHERE event_id = $id")" 999899
+    wait_until 10 "$(all_sent $topic 1)" || fail "the largest event is not sent: $(sql "SELECT status || '/' || coalesce(last_error, '') FROM outbox.events WHERE id = $id")"
+
+    mark=$(log_mark)
+    properties_applied "message.max.bytes=500000"
+    wait_log "$mark" 20 'WARNING:  outbox relay: outbox.max_payload_size \(1000000 bytes\) exceeds the producer.s message.max.bytes \(500000 bytes\)' \
+        || fail "no warning that outbox.max_payload_size exceeds message.max.bytes"
+    log_since "$mark" | grep -q 'HINT:  Lower outbox.max_payload_size, or raise message.max.bytes' \
+        || fail "the warning has no hint"
+    reset_properties
+}
+
 # --- a wake-up's cost with an old transaction open (real broker) ---------
 
 # The bound on the rows of outbox.event_log the relay reads in 10 s in
