@@ -107,27 +107,31 @@ RESET outbox.default_topic;
 SELECT outbox.enqueue('T', 'k-underscore', '{}', topic => '_schemas') IS NOT NULL AS one_underscore_ok;
 SELECT outbox.enqueue('T', 'k-inner', '{}', topic => 'a__b') IS NOT NULL AS inner_underscores_ok;
 
--- Size limit: what Kafka counts of a message, the payload as compact JSON
--- text, the message key, and the header names and values.
-SET outbox.max_payload_size = '64B';
+-- Size limit: what librdkafka counts of a message, the payload as compact
+-- JSON text, the message key, the header names and values with their
+-- lengths (one byte each here), and the relay's own: 36 bytes of framing,
+-- event_id (29 bytes at most), biz_type and biz_key (names, values and
+-- two bytes each): 90 for biz_type 'T' and a biz_key of 5 bytes.
+SET outbox.max_payload_size = '154B';
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'big', json_build_object('s', repeat('x', 60))));
 SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS fits;
--- Exactly at the limit fits (59 bytes of payload, a key of 5); escaping
--- counts (a control character takes six bytes).
+-- Exactly at the limit fits (59 bytes of payload, a key of 5, 90 more);
+-- escaping counts (a control character takes six bytes).
 SELECT outbox.enqueue('T', 'exact', json_build_object('s', repeat('x', 51))::jsonb) IS NOT NULL AS exact_fits;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'escaped', json_build_object('s', repeat(chr(1), 10))));
-SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 49))));
--- The key that counts is msg_key when given.
-SELECT outbox.enqueue('T', 'exact-mk', json_build_object('s', repeat('x', 51))::jsonb,
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 46))));
+-- The key that counts is msg_key when given (biz_key counts as a header).
+SELECT outbox.enqueue('T', 'exact-mk', json_build_object('s', repeat('x', 48))::jsonb,
                       msg_key => 'exact') IS NOT NULL AS exact_msg_key_fits;
-SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, msg_key => %L)', 'T', 'mk-over',
-                  json_build_object('s', repeat('x', 51)), 'exact1'));
--- Header names and values count: 2 + 2 + 1 + 59 bytes fit, one more not.
-SELECT outbox.enqueue('T', 'hd', '{}', headers => jsonb_build_object('n', repeat('v', 59))) IS NOT NULL AS header_fits;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, msg_key => %L)', 'T', 'mk-over1',
+                  json_build_object('s', repeat('x', 48)), 'exact1'));
+-- Header names and values count: 2 + 2 + (1 + 1 + 60 + 1) + 87 bytes
+-- fit, one more not.
+SELECT outbox.enqueue('T', 'hd', '{}', headers => jsonb_build_object('n', repeat('v', 60))) IS NOT NULL AS header_fits;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'hd-over', '{}',
-                  jsonb_build_object('n', repeat('v', 57))));
+                  jsonb_build_object('n', repeat('v', 51))));
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L, headers => %L)', 'T', 'hn-over', '{}',
-                  jsonb_build_object(repeat('n', 60), '')));
+                  jsonb_build_object(repeat('n', 52), '')));
 RESET outbox.max_payload_size;
 SHOW outbox.max_payload_size;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'huge', json_build_object('s', repeat('x', 1048576))));
@@ -185,9 +189,9 @@ SELECT err($$SELECT outbox.enqueue_bytes('Raw', '', '\x00')$$);
 SELECT err($$SELECT outbox.enqueue_bytes('Raw', 'b-2', '\x00', topic => 'a/b')$$);
 SELECT err($$SELECT outbox.enqueue_bytes('Raw', 'b-2', '\x00', headers => '{"event_id": "1"}')$$);
 -- Size counts the bytes as they are, with the key and headers.
-SET outbox.max_payload_size = '64B';
-SELECT outbox.enqueue_bytes('Raw', 'b-exact', decode(repeat('00', 57), 'hex')) IS NOT NULL AS exact_fits;
-SELECT err(format('SELECT outbox.enqueue_bytes(%L, %L, %L::bytea)', 'Raw', 'b-over', decode(repeat('00', 59), 'hex')));
+SET outbox.max_payload_size = '154B';
+SELECT outbox.enqueue_bytes('Raw', 'b-exact', decode(repeat('00', 53), 'hex')) IS NOT NULL AS exact_fits;
+SELECT err(format('SELECT outbox.enqueue_bytes(%L, %L, %L::bytea)', 'Raw', 'b-over', decode(repeat('00', 56), 'hex')));
 SELECT err(format('SELECT outbox.enqueue_bytes(%L, %L, %L::bytea, headers => %L)', 'Raw', 'b-hd', '\x00',
                   jsonb_build_object('n', repeat('v', 60))));
 RESET outbox.max_payload_size;

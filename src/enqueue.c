@@ -171,6 +171,7 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args, bool bytes)
 	int key_len;
 	text *biz_type = required_key(fcinfo, 0, "biz_type", &type_len);
 	text *biz_key = required_key(fcinfo, 1, "biz_key", &key_len);
+	int biz_key_len = key_len;
 	text *msg_key = biz_key;
 	size_t value_len;
 	size_t header_len = 0;
@@ -206,6 +207,7 @@ read_args(FunctionCallInfo fcinfo, EnqueueArgs *args, bool bytes)
 			args->nulls[ARG_HEADERS] = ' ';
 		}
 	}
+	header_len += outbox_relay_headers_size(type_len, biz_key_len);
 	if (bytes)
 		outbox_check_bytes_size(value_len, key_len, header_len);
 	else

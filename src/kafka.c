@@ -305,6 +305,23 @@ outbox_kafka_reader_conf(const char *brokers, const char *properties,
 }
 
 /*
+ * outbox_kafka_max_message_bytes: the producer's message.max.bytes, the
+ * largest message (as librdkafka counts it) it accepts; 0 without one.
+ */
+int
+outbox_kafka_max_message_bytes(void)
+{
+	char value[32];
+	size_t size = sizeof(value);
+
+	if (producer == NULL ||
+		rd_kafka_conf_get(rd_kafka_conf(producer), "message.max.bytes", value,
+						  &size) != RD_KAFKA_CONF_OK)
+		return 0;
+	return atoi(value);
+}
+
+/*
  * outbox_kafka_running: whether there is a producer to send with.
  */
 bool

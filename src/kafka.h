@@ -88,6 +88,7 @@ extern struct rd_kafka_conf_s *outbox_kafka_reader_conf(const char *brokers,
 														size_t size);
 extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
+extern int outbox_kafka_max_message_bytes(void);
 extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
 extern void outbox_kafka_serve(void);
 extern void outbox_kafka_push(void);

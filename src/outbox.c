@@ -22,7 +22,13 @@ PG_MODULE_MAGIC;
 /* Constants: setting defaults and limits */
 
 #define DEFAULT_TOPIC_PATTERN "outbox.event." OUTBOX_TOPIC_PLACEHOLDER
-#define DEFAULT_MAX_PAYLOAD_SIZE (1024 * 1024) /* Kafka's message.max.bytes */
+/*
+ * librdkafka's default message.max.bytes: the largest event enqueue
+ * accepts, counted as librdkafka counts it (validate.c), is one the
+ * relay's producer sends.  Kafka's own default for a topic is larger
+ * (max.message.bytes 1048588).
+ */
+#define DEFAULT_MAX_PAYLOAD_SIZE 1000000
 #define MAX_MAX_PAYLOAD_SIZE (256 * 1024 * 1024)
 #define DEFAULT_MAX_ATTEMPTS 10
 #define DEFAULT_BACKOFF_MIN_MS 1000
@@ -146,7 +152,7 @@ define_enqueue_settings(void)
 		gettext_noop(
 			"Largest event outbox.enqueue() and enqueue_bytes() accept: value, key and headers."),
 		gettext_noop(
-			"Counts what Kafka's message.max.bytes counts: the message value (enqueue's payload as compact JSON text, enqueue_bytes' bytes), the message key, and the names and values of the event's headers. Keep it below the broker's message.max.bytes."),
+			"Counts what librdkafka's message.max.bytes counts: the message value (enqueue's payload as compact JSON text, enqueue_bytes' bytes), the message key, the names and values of the event's headers and of the relay's (event_id, biz_type, biz_key), and the record's framing. Keep it at or below message.max.bytes in outbox.kafka_properties and the topics' max.message.bytes on the brokers."),
 		&outbox_max_payload_size, DEFAULT_MAX_PAYLOAD_SIZE, 1,
 		MAX_MAX_PAYLOAD_SIZE, PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 

@@ -185,6 +185,7 @@ extern void outbox_check_size(Jsonb *payload, int key_len, size_t header_len);
 extern void outbox_check_bytes_size(size_t value_len, int key_len,
 									size_t header_len);
 extern size_t outbox_check_headers(Jsonb *headers);
+extern size_t outbox_relay_headers_size(int type_len, int biz_key_len);
 extern OutboxNameList *outbox_name_list_parse(const char *value, bool topics,
 											  const char **problem);
 extern bool outbox_name_allowed(const OutboxNameList *list, const char *name,

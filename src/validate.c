@@ -24,6 +24,20 @@ static const char *const reserved_headers[] = {"event_id", "biz_type",
 											   "biz_key"};
 
 /*
+ * What librdkafka counts of a message against its message.max.bytes
+ * (rd_kafka_msg_max_wire_size): at most RECORD_FRAMING bytes of record
+ * framing (length, attributes, timestamp and offset deltas, key and value
+ * lengths, header count, as varints at their largest), the key, the
+ * value, and each header's name and value with their lengths as varints.
+ * enqueue counts the same, the relay's own headers included, so that what
+ * it accepts the relay's producer sends.
+ */
+#define RECORD_FRAMING 36
+#define EVENT_ID_MAX_DIGITS 19 /* a positive bigint */
+
+static size_t varint_size(size_t len);
+
+/*
  * An entry of outbox.allowed_topics or outbox.allowed_consumers: a name,
  * or with a trailing "*" a prefix.
  */
@@ -183,9 +197,9 @@ check_length(const char *name, text *value, int max_len)
 
 /*
  * value_budget: what outbox.max_payload_size leaves for the message value
- * once the message key (key_len bytes) and the header names and values
- * (header_len bytes) are counted, the parts of a record Kafka's
- * message.max.bytes counts; an error if nothing is left.
+ * once the message key (key_len bytes) and the headers with the record's
+ * framing (header_len bytes, as librdkafka counts them: see
+ * RECORD_FRAMING) are counted; an error if nothing is left.
  */
 static int64
 value_budget(int key_len, size_t header_len)
@@ -194,16 +208,15 @@ value_budget(int key_len, size_t header_len)
 		(int64) outbox_max_payload_size - key_len - (int64) header_len;
 
 	if (budget < 0)
-		ereport(
-			ERROR,
-			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-			 errmsg("event is too large"),
-			 errdetail("Its message key (%d bytes) and header names and values "
-					   "(%zu bytes) alone exceed outbox.max_payload_size (%d "
-					   "bytes).",
-					   key_len, header_len, outbox_max_payload_size),
-			 errhint("Send large values in the payload of another event, or "
-					 "a reference to them.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("event is too large"),
+				 errdetail("Its message key (%d bytes) and headers with their "
+						   "framing (%zu bytes, the relay's own included) alone "
+						   "exceed outbox.max_payload_size (%d bytes).",
+						   key_len, header_len, outbox_max_payload_size),
+				 errhint("Send large values in the payload of another event, or "
+						 "a reference to them.")));
 	return budget;
 }
 
@@ -223,8 +236,9 @@ outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
 			 errmsg("event is too large"),
 			 errdetail("Its payload as compact JSON text (at least %zu bytes), "
-					   "message key (%d bytes) and header names and values (%zu "
-					   "bytes) exceed outbox.max_payload_size (%d bytes).",
+					   "message key (%d bytes) and headers with their framing "
+					   "(%zu bytes, the relay's own included) exceed "
+					   "outbox.max_payload_size (%d bytes).",
 					   value_len, key_len, header_len, outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }
@@ -241,8 +255,8 @@ outbox_check_bytes_size(size_t value_len, int key_len, size_t header_len)
 			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
 			 errmsg("event is too large"),
 			 errdetail("Its payload (%zu bytes), message key (%d bytes) and "
-					   "header names and values (%zu bytes) exceed "
-					   "outbox.max_payload_size (%d bytes).",
+					   "headers with their framing (%zu bytes, the relay's own "
+					   "included) exceed outbox.max_payload_size (%d bytes).",
 					   value_len, key_len, header_len, outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }
@@ -283,7 +297,40 @@ outbox_check_headers(Jsonb *headers)
 		else if (tok == WJB_VALUE)
 			check_header_value(&v);
 		if (tok == WJB_KEY || tok == WJB_VALUE)
-			bytes += v.val.string.len;
+			bytes += v.val.string.len + varint_size(v.val.string.len);
+	}
+	return bytes;
+}
+
+/*
+ * outbox_relay_headers_size: the bytes librdkafka counts for the record
+ * framing and the headers the relay adds to every message (event_id,
+ * biz_type, biz_key), beside an event's own.
+ */
+size_t
+outbox_relay_headers_size(int type_len, int biz_key_len)
+{
+	return RECORD_FRAMING + strlen("event_id") + EVENT_ID_MAX_DIGITS +
+		   varint_size(strlen("event_id")) + varint_size(EVENT_ID_MAX_DIGITS) +
+		   strlen("biz_type") + type_len + varint_size(strlen("biz_type")) +
+		   varint_size(type_len) + strlen("biz_key") + biz_key_len +
+		   varint_size(strlen("biz_key")) + varint_size(biz_key_len);
+}
+
+/*
+ * varint_size: the bytes of a length as a Kafka record writes it (a
+ * zig-zag varint: seven bits a byte, of twice the length).
+ */
+static size_t
+varint_size(size_t len)
+{
+	uint64 zigzag = (uint64) len << 1;
+	size_t bytes = 1;
+
+	while (zigzag >= 0x80)
+	{
+		zigzag >>= 7;
+		bytes++;
 	}
 	return bytes;
 }

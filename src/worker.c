@@ -120,6 +120,7 @@ static void pin_settings(void);
 static void apply_reload(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
+static void check_sizes(void);
 static void tend_producer(TimestampTz now);
 static void halt_producer(const char *why);
 static void stop_producer_now(void);
@@ -302,6 +303,7 @@ apply_reload(void)
 		proc_exit(0);
 	}
 	pfree(now_set);
+	check_sizes();
 }
 
 /*
@@ -456,7 +458,38 @@ ensure_producer(void)
 		MemoryContextStrdup(TopMemoryContext, outbox_progress_topic);
 	used_delivery = outbox_delivery;
 	relay_eos_restart(transactional_id != NULL);
+	check_sizes();
 	return true;
+}
+
+/*
+ * check_sizes: warn when outbox.max_payload_size lets enqueue accept events
+ * the producer's message.max.bytes makes it refuse, each pair of values
+ * once: such events are accepted and then always dead.  Checked when a
+ * producer is made and after each reload.
+ */
+static void
+check_sizes(void)
+{
+	static int said_payload = 0;
+	static int said_max = 0;
+	int max_bytes = outbox_kafka_max_message_bytes();
+
+	if (max_bytes <= 0 || outbox_max_payload_size <= max_bytes ||
+		(said_payload == outbox_max_payload_size && said_max == max_bytes))
+		return;
+	said_payload = outbox_max_payload_size;
+	said_max = max_bytes;
+	ereport(
+		WARNING,
+		(errmsg("outbox relay: outbox.max_payload_size (%d bytes) exceeds the "
+				"producer's message.max.bytes (%d bytes)",
+				outbox_max_payload_size, max_bytes),
+		 errdetail("Events that enqueue accepts above message.max.bytes are "
+				   "refused by the producer and become dead."),
+		 errhint("Lower outbox.max_payload_size, or raise message.max.bytes in "
+				 "outbox.kafka_properties and the topics' max.message.bytes "
+				 "on the brokers to match.")));
 }
 
 /*

@@ -59,12 +59,36 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT octet_length(regexp_replace(j::text, '("(?:[^"\\]|\\.)*")|[ ]', '\1', 'g'))
 $$;
 
--- The bytes of headers' names and values, as Kafka counts them.
+-- The bytes of a length written as a Kafka record's varint (zig-zag:
+-- seven bits a byte, of twice the length).
+CREATE FUNCTION fuzz.varint_len(n bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN n < 64 THEN 1 WHEN n < 8192 THEN 2 WHEN n < 1048576 THEN 3
+                WHEN n < 134217728 THEN 4 ELSE 5 END
+$$;
+
+-- The bytes of one header as librdkafka counts them: name and value, and
+-- their lengths as varints.
+CREATE FUNCTION fuzz.header_len(name_len bigint, value_len bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT name_len + value_len + fuzz.varint_len(name_len) + fuzz.varint_len(value_len)
+$$;
+
+-- The bytes of headers' names and values, as librdkafka counts them.
 CREATE FUNCTION fuzz.header_bytes(h jsonb) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN h IS NULL OR jsonb_typeof(h) <> 'object' THEN 0
-                ELSE (SELECT coalesce(sum(octet_length(e.key) + octet_length(e.value #>> '{}')), 0)
+                ELSE (SELECT coalesce(sum(fuzz.header_len(octet_length(e.key), octet_length(e.value #>> '{}'))), 0)
                         FROM jsonb_each(h) e) END
+$$;
+
+-- What the relay adds to every message, as librdkafka counts it: 36
+-- bytes of record framing at most, and the headers event_id (a bigint:
+-- at most 19 digits), biz_type and biz_key.
+CREATE FUNCTION fuzz.relay_bytes(bt text, bk text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 36 + fuzz.header_len(8, 19) + fuzz.header_len(8, octet_length(bt))
+              + fuzz.header_len(7, octet_length(bk))
 $$;
 
 -- An entry list of outbox.allowed_topics / allowed_consumers: blank (no
@@ -107,11 +131,12 @@ DECLARE
     same boolean;
 BEGIN
     codes := fuzz.key_codes(bt, 1024) || fuzz.key_codes(bk, 1024);
-    -- The size of the message: payload as compact JSON, key, headers.
+    -- The size of the message: payload as compact JSON, key, headers,
+    -- the relay's included.
     IF p IS NULL THEN
         codes := codes || '22004'::text;
     ELSIF fuzz.compact_len(p) + octet_length(coalesce(mk, bk)) + fuzz.header_bytes(h)
-          > fuzz.payload_cap() THEN
+          + fuzz.relay_bytes(bt, bk) > fuzz.payload_cap() THEN
         codes := codes || '22001'::text;
     END IF;
     t := coalesce(tp, replace(current_setting('outbox.default_topic'), '{biz_type}', bt));

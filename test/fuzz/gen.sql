@@ -435,7 +435,7 @@ CREATE FUNCTION fuzz.gen_case(seed bigint, case_no integer) RETURNS fuzz.case_t
 LANGUAGE plpgsql AS $fn$
 DECLARE
     c fuzz.case_t;
-    lim integer := 1048576;    -- outbox.max_payload_size's default
+    lim integer := 1000000;    -- outbox.max_payload_size's default
     k integer;
 BEGIN
     PERFORM setseed(hashint8(seed * 1000003 + case_no) / 2147483648.0);

@@ -318,9 +318,8 @@ sample_memory() {
 }
 
 # big_events TOPIC N: N events of TOPIC in one transaction, each payload
-# random hex text as large as outbox.max_payload_size (1 MiB) lets it be
-# (enqueue measures the compact JSON: {"d":"..."} is the text plus 8
-# bytes); their ids, comma-separated.
+# random hex text of 1,048,000 bytes (enqueue measures the compact JSON:
+# {"d":"..."} is the text plus 8 bytes); their ids, comma-separated.
 big_events() {
     sql "SELECT string_agg(outbox.enqueue('T', 'mem-' || i,
                    jsonb_build_object('d', (SELECT string_agg(md5(i || '-' || g || random()), '')
@@ -338,13 +337,15 @@ without_values() {
 # 100 events of 1 MiB: a consumer receives every one, by id, and the
 # relay's peak RssAnon, sampled every 50 ms while they are relayed, stays
 # under PEAK_RSS_ANON_BOUND_MB.  The topic and librdkafka take messages of
-# 1.2 MB (the broker's and librdkafka's defaults are just under 1 MiB).
+# 1.2 MB (the broker's and librdkafka's defaults are just under 1 MiB),
+# and so does outbox.max_payload_size.
 t_payload_memory() {
     local topic=it.memory out=$IT_TMP/memory.tsv samples=$IT_TMP/memory.samples pid sampler first ids peak hwm base
     first=$(sql "SELECT outbox.enqueue('T', 'mem-0', '{}', topic => '$topic')")
     wait_until 20 "$(all_sent $topic 1)" || fail "the topic's first event was not sent"
     topic_max_message_bytes $topic 1200000 || fail "could not raise max.message.bytes of $topic: $(tail -3 "$IT_TMP/config.log")"
     properties_applied "message.max.bytes=1200000"
+    set_setting outbox.max_payload_size 1200000
     pid=$(relay_pid)
     LOG_MARK=$(log_mark)
     base=$(awk '/^RssAnon:/ { print $2 }' "/proc/$pid/status")
@@ -364,6 +365,7 @@ t_payload_memory() {
     [ "$peak" -lt "$PEAK_RSS_ANON_BOUND_MB" ] || fail "the relay's RssAnon peaked at $peak MB, bound $PEAK_RSS_ANON_BOUND_MB MB"
     relay_steady "$pid"
     reset_properties
+    reset_setting outbox.max_payload_size
 }
 
 # --- sizes that hold end to end (real broker) ----------------------------
