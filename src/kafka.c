@@ -70,8 +70,9 @@
  * acts): the events of such a topic fail at once, each failure an attempt,
  * with the cluster's error.  librdkafka may hold them instead until
  * message.timeout.ms (2.0 does when a Metadata answer lists partitions
- * beside the error), so the relay takes them back (permanent_refusal) and
- * refuses new ones at once while the judgement holds.  An unknown topic
+ * beside the error), so the relay takes them back (take_back_refused) and
+ * refuses new ones at once while the judgement holds (REFUSAL_KEEP_MS;
+ * then the next send asks again).  An unknown topic
  * is not judged so: it may be created a moment later, so librdkafka's
  * topic.metadata.propagation.max.ms (30 s) passes before it fails.
  */
@@ -191,7 +192,7 @@ static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 static rd_kafka_topic_t *known_topic(const char *topic);
 static TopicReport *topic_report(const char *topic);
 static bool refused_for_good(rd_kafka_resp_err_t err);
-static rd_kafka_resp_err_t permanent_refusal(const char *topic);
+static rd_kafka_resp_err_t permanent_refusal(const char *topic, bool ask_again);
 static void take_back_refused(void);
 static void forget_topics(void);
 static bool open_wake_pipe(void);
@@ -339,7 +340,7 @@ KafkaSendResult
 outbox_kafka_send(OutboxMessage *msg)
 {
 	rd_kafka_headers_t *headers;
-	rd_kafka_resp_err_t err = permanent_refusal(msg->topic);
+	rd_kafka_resp_err_t err = permanent_refusal(msg->topic, true);
 	rd_kafka_topic_t *rkt;
 
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -741,8 +742,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	outstanding_bytes -= msg->value_len;
 	/* Taken back by take_back_refused: the cluster's refusal is the answer. */
 	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
-		permanent_refusal(msg->topic) != RD_KAFKA_RESP_ERR_NO_ERROR)
-		err = permanent_refusal(msg->topic);
+		permanent_refusal(msg->topic, false) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = permanent_refusal(msg->topic, false);
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		broker_state = "up";
@@ -1078,22 +1079,31 @@ refused_for_good(rd_kafka_resp_err_t err)
 
 /*
  * permanent_refusal: the cluster's error if it refused topic for good
- * within the last REFUSAL_KEEP_MS, else none.  Never asks the cluster.
+ * within the last REFUSAL_KEEP_MS, else none.  An older such judgement is,
+ * with ask_again, asked again (a send: the topic's next event must not
+ * wait for message.timeout.ms either, nor be refused once allowed);
+ * without, as in a delivery report, it is none.
  */
 static rd_kafka_resp_err_t
-permanent_refusal(const char *topic)
+permanent_refusal(const char *topic, bool ask_again)
 {
 	uint32 hash = 0;
+	char text[128];
 
 	for (int i = 0; i < REFUSAL_SLOTS; i++)
 	{
 		/* Called on every send: hash only when some topic is refused. */
 		if (reports[i].permanent != 0 && hash == 0)
 			hash = hash_bytes((const unsigned char *) topic, strlen(topic)) | 1;
-		if (reports[i].permanent != 0 && reports[i].hash == hash &&
-			!TimestampDifferenceExceeds(reports[i].asked_at,
+		if (reports[i].permanent == 0 || reports[i].hash != hash)
+			continue;
+		if (!TimestampDifferenceExceeds(reports[i].asked_at,
 										GetCurrentTimestamp(), REFUSAL_KEEP_MS))
 			return (rd_kafka_resp_err_t) reports[i].permanent;
+		if (!ask_again)
+			return RD_KAFKA_RESP_ERR_NO_ERROR;
+		(void) outbox_kafka_topic_refused(topic, text, sizeof(text));
+		return (rd_kafka_resp_err_t) reports[i].permanent;
 	}
 	return RD_KAFKA_RESP_ERR_NO_ERROR;
 }

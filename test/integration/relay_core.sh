@@ -126,21 +126,22 @@ t_refused_topic_isolated() {
 # (30 s, the relay's default) is not waited for, not even once.
 REFUSED_DEAD_BOUND_S=10
 
-# refused_dies_fast MODE TOPIC CODE ERROR: in outbox.delivery MODE, the
-# mock's Metadata answers CODE for TOPIC, whose one event is dead with
+# refused_dies_fast MODE TOPIC CODE ERROR [BOUND]: in outbox.delivery MODE,
+# the mock's Metadata answers CODE for TOPIC, whose one event is dead with
 # attempts = 3 and last_error matching ERROR (a regular expression)
-# within REFUSED_DEAD_BOUND_S of its enqueue, while a healthy topic flows.
+# within BOUND (REFUSED_DEAD_BOUND_S) s of its enqueue, while a healthy
+# topic flows.
 refused_dies_fast() {
-    local mode=$1 topic=$2 id dead_ms
+    local mode=$1 topic=$2 id dead_ms bound=${5:-$REFUSED_DEAD_BOUND_S}
     refused_event "$topic" "$3" K
     id=$REFUSED_ID
     healthy_flow "$topic.healthy" 50
-    if wait_until $((REFUSED_AT + REFUSED_DEAD_BOUND_S - SECONDS))         "SELECT status = 'dead' AND attempts = 3 AND last_error ~* '$4' FROM outbox.events WHERE id = $id"; then
+    if wait_until $((REFUSED_AT + bound - SECONDS))         "SELECT status = 'dead' AND attempts = 3 AND last_error ~* '$4' FROM outbox.events WHERE id = $id"; then
         dead_ms=$(sql "SELECT (extract(epoch FROM s.updated_at - l.created_at) * 1000)::int
                          FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE id = $id")
         echo "#   $mode: event of $topic dead $dead_ms ms after its enqueue"
     else
-        fail "$mode: event $id of $topic not dead with '$4' within $REFUSED_DEAD_BOUND_S s:" \
+        fail "$mode: event $id of $topic not dead with '$4' within $bound s:" \
             "$(sql "SELECT status || '/' || attempts || '/' || coalesce(last_error, '(no error)') FROM outbox.events WHERE id = $id")"
     fi
 }
@@ -148,8 +149,8 @@ refused_dies_fast() {
 # Topics the broker refuses for good (TOPIC_AUTHORIZATION_FAILED: one
 # missing ACL; INVALID_TOPIC_EXCEPTION) each get one event, in both
 # delivery modes: each is dead with the cluster's error after
-# outbox.max_attempts tries, within seconds of its enqueue, while a
-# healthy topic keeps flowing.  Before, the event waited 'sending', with
+# outbox.max_attempts tries, within seconds of its enqueue (with 6 s
+# backoffs, within 20 s), while a healthy topic keeps flowing.  Before, the event waited 'sending', with
 # no attempt and no error, for minutes.
 t_refused_topic_dead_fast() {
     local pid
@@ -159,6 +160,13 @@ t_refused_topic_dead_fast() {
     LOG_MARK=$(log_mark)
     refused_dies_fast at_least_once mock.dead.auth 29 '[Aa]uthoriz'
     refused_dies_fast at_least_once mock.dead.invalid 17 'invalid'
+    # Tries further apart than the relay believes a refusal (5 s): each
+    # asks the cluster again, none waits for message.timeout.ms.
+    set_setting outbox.backoff_min 6000
+    set_setting outbox.backoff_max 6000
+    refused_dies_fast at_least_once mock.dead.auth.slow 29 '[Aa]uthoriz' 20
+    reset_setting outbox.backoff_min
+    reset_setting outbox.backoff_max
     mock_eos_ready mock.dead.eos.ready || return
     refused_dies_fast exactly_once mock.dead.eos.auth 29 '[Aa]uthoriz'
     refused_dies_fast exactly_once mock.dead.eos.invalid 17 'invalid'
