@@ -73,11 +73,11 @@ t_multi_database() {
         "$("$TOOLS/outbox-consume" -b "$IT_BROKERS" -t it.md.outbox_md_b -n 100 -T 3000 -i 2000 2>/dev/null | wc -l)" 1
 
     # Another database's last error (a message larger than the producer's
-    # message.max.bytes): hidden from a plain role, not from
-    # pg_read_all_stats.
+    # message.max.bytes, enqueued past outbox.max_payload_size by a
+    # superuser): hidden from a plain role, not from pg_read_all_stats.
     sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_md_owner; CREATE ROLE it_md_owner LOGIN"
     sql_in outbox_md_a "GRANT USAGE ON SCHEMA outbox TO it_md_owner; GRANT EXECUTE ON FUNCTION outbox.relay_status() TO it_md_owner"
-    sql_in outbox_md_c "SELECT outbox.enqueue('md', 'too-large', jsonb_build_object('x', repeat('x', 1000500)), topic => 'it.md.large')" >/dev/null
+    sql_in outbox_md_c "SET outbox.max_payload_size = '2MB'; SELECT outbox.enqueue('md', 'too-large', jsonb_build_object('x', repeat('x', 1000500)), topic => 'it.md.large')" >/dev/null
     wait_until 30 "SELECT count(*) = 1 FROM outbox.relay_status() WHERE database = 'outbox_md_c' AND last_error IS NOT NULL" \
         || fail "outbox_md_c's relay published no last error"
     expect "another database's last error, seen by a plain role" \
