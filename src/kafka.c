@@ -191,6 +191,7 @@ static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 													   int timeout_ms);
 static rd_kafka_topic_t *known_topic(const char *topic);
 static TopicReport *topic_report(const char *topic);
+static void judge(TopicReport *slot, rd_kafka_resp_err_t err, bool held);
 static bool refused_for_good(rd_kafka_resp_err_t err);
 static rd_kafka_resp_err_t permanent_refusal(const char *topic, bool ask_again);
 static void take_back_refused(void);
@@ -340,12 +341,11 @@ KafkaSendResult
 outbox_kafka_send(OutboxMessage *msg)
 {
 	rd_kafka_headers_t *headers;
+	rd_kafka_topic_t *rkt = known_topic(msg->topic); /* may judge it */
 	rd_kafka_resp_err_t err = permanent_refusal(msg->topic, true);
-	rd_kafka_topic_t *rkt;
 
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		return refused_at_once(msg, err);
-	rkt = known_topic(msg->topic);
 	headers = rd_kafka_headers_new(msg->nheaders);
 	for (int i = 0; i < msg->nheaders; i++)
 		rd_kafka_header_add(headers, msg->header_names[i], -1,
@@ -1028,20 +1028,29 @@ outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 	slot = topic_report(topic);
 	if (TimestampDifferenceExceeds(slot->asked_at, GetCurrentTimestamp(),
 								   REFUSAL_KEEP_MS))
-	{
-		rd_kafka_resp_err_t err = topic_metadata_error(topic);
-
-		slot->asked_at = GetCurrentTimestamp();
-		slot->refused = err != RD_KAFKA_RESP_ERR_NO_ERROR &&
-						err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
-		slot->permanent = refused_for_good(err) ? err : 0;
-		strlcpy(slot->text, rd_kafka_err2str(err), sizeof(slot->text));
-		if (slot->permanent)
-			take_back_refused();
-	}
+		judge(slot, topic_metadata_error(topic), true);
 	if (slot->refused)
 		strlcpy(text, slot->text, size);
 	return slot->refused;
+}
+
+/*
+ * judge: record what the cluster reported for a topic (err) in its slot.
+ * A new refusal for good takes back what librdkafka holds, if it may hold
+ * messages of the topic (held); one that lasts does not: while it is
+ * believed, and when it is asked again, no message of the topic is sent.
+ */
+static void
+judge(TopicReport *slot, rd_kafka_resp_err_t err, bool held)
+{
+	held = held && slot->permanent == 0;
+	slot->asked_at = GetCurrentTimestamp();
+	slot->refused = err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+					err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+	slot->permanent = refused_for_good(err) ? err : 0;
+	strlcpy(slot->text, rd_kafka_err2str(err), sizeof(slot->text));
+	if (slot->permanent && held)
+		take_back_refused();
 }
 
 /*
@@ -1163,7 +1172,8 @@ topic_metadata_error_within(const char *topic, int timeout_ms)
  * and gets librdkafka's answer).  Before the first message of a topic, its
  * metadata is asked for (at most FIRST_METADATA_TIMEOUT_MS, once per topic
  * and producer): librdkafka would otherwise hold the message until its
- * periodic topic scan, up to a second later, asks for it.
+ * periodic topic scan, up to a second later, asks for it.  An answer that
+ * refuses the topic for good is kept as a judgement (judge).
  */
 static rd_kafka_topic_t *
 known_topic(const char *topic)
@@ -1180,9 +1190,14 @@ known_topic(const char *topic)
 			return known->rkt;
 		if (known->hash == 0)
 		{
+			rd_kafka_resp_err_t err;
+
 			known->hash = hash;
 			known->rkt = rd_kafka_topic_new(producer, topic, NULL);
-			(void) topic_metadata_error_within(topic, FIRST_METADATA_TIMEOUT_MS);
+			err = topic_metadata_error_within(topic, FIRST_METADATA_TIMEOUT_MS);
+			/* Its first event must not wait for a later one to show it stuck. */
+			if (refused_for_good(err))
+				judge(topic_report(topic), err, false);
 			return known->rkt;
 		}
 	}

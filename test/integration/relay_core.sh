@@ -126,16 +126,16 @@ t_refused_topic_isolated() {
 # (30 s, the relay's default) is not waited for, not even once.
 REFUSED_DEAD_BOUND_S=10
 
-# refused_dies_fast MODE TOPIC CODE ERROR [BOUND]: in outbox.delivery MODE,
-# the mock's Metadata answers CODE for TOPIC, whose one event is dead with
-# attempts = 3 and last_error matching ERROR (a regular expression)
-# within BOUND (REFUSED_DEAD_BOUND_S) s of its enqueue, while a healthy
-# topic flows.
+# refused_dies_fast MODE TOPIC CODE ERROR [BOUND [alone]]: in
+# outbox.delivery MODE, the mock's Metadata answers CODE for TOPIC, whose
+# one event is dead with attempts = 3 and last_error matching ERROR (a
+# regular expression) within BOUND (REFUSED_DEAD_BOUND_S) s of its
+# enqueue, while a healthy topic flows (unless alone).
 refused_dies_fast() {
     local mode=$1 topic=$2 id dead_ms bound=${5:-$REFUSED_DEAD_BOUND_S}
     refused_event "$topic" "$3" K
     id=$REFUSED_ID
-    healthy_flow "$topic.healthy" 50
+    [ "${6:-}" = alone ] || healthy_flow "$topic.healthy" 50
     if wait_until $((REFUSED_AT + bound - SECONDS))         "SELECT status = 'dead' AND attempts = 3 AND last_error ~* '$4' FROM outbox.events WHERE id = $id"; then
         dead_ms=$(sql "SELECT (extract(epoch FROM s.updated_at - l.created_at) * 1000)::int
                          FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE id = $id")
@@ -160,6 +160,8 @@ t_refused_topic_dead_fast() {
     LOG_MARK=$(log_mark)
     refused_dies_fast at_least_once mock.dead.auth 29 '[Aa]uthoriz'
     refused_dies_fast at_least_once mock.dead.invalid 17 'invalid'
+    # Alone: no later acknowledgement shows the event stuck.
+    refused_dies_fast at_least_once mock.dead.alone 29 '[Aa]uthoriz' $REFUSED_DEAD_BOUND_S alone
     # Tries further apart than the relay believes a refusal (5 s): each
     # asks the cluster again, none waits for message.timeout.ms.
     set_setting outbox.backoff_min 6000
