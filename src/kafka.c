@@ -105,6 +105,10 @@
 /* Set to a property, a text librdkafka takes only where any text goes. */
 #define FREE_TEXT_PROBE "outbox: any text"
 
+/* The GSSAPI kinit command, and what makes it print nothing. */
+#define KINIT_CMD "sasl.kerberos.kinit.cmd"
+#define QUIET_PREFIX "exec >/dev/null 2>&1; "
+
 /* syslog levels librdkafka uses: up to 4 (warning) goes to the log. */
 #define SYSLOG_ERR 3
 #define SYSLOG_WARNING 4
@@ -170,6 +174,8 @@ static bool crashing_combination(rd_kafka_conf_t *conf, char *problem,
 								 size_t size, const char **hint);
 static void scrub_values_of(const char *properties);
 static bool takes_free_text(const char *key);
+static void scrub_template(char *value);
+static bool quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size);
 static bool apply_entry(rd_kafka_conf_t *conf, char *entry, int position,
 						char *problem, size_t size);
 static char *next_entry(const char **cursor);
@@ -587,6 +593,7 @@ user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
 		  char *problem, size_t size)
 {
 	if (!apply_properties(conf, properties, problem, size, NULL) ||
+		!quiet_kinit(conf, problem, size) ||
 		rd_kafka_conf_set(conf, "bootstrap.servers", brokers, problem, size) !=
 			RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "log.queue", "true", problem, size) !=
@@ -597,6 +604,36 @@ user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
 	}
 	rd_kafka_conf_set_log_cb(conf, on_log);
 	return conf;
+}
+
+/*
+ * quiet_kinit: have the Kerberos kinit command (GSSAPI), the property's or
+ * librdkafka's default, run with its output thrown away.  librdkafka runs
+ * it with system(), so what the shell and kinit print goes to the relay's
+ * stdout and stderr, the server log, past outbox_scrub: "kinit: Key table
+ * file '<sasl.kerberos.keytab>' not found".  librdkafka's own line on a
+ * failed kinit says the exit code, and is scrubbed.  True without such a
+ * property (a build without GSSAPI).
+ */
+static bool
+quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size)
+{
+	size_t cmd_size = 0;
+	char *cmd;
+	char *quiet;
+	bool ok;
+
+	if (rd_kafka_conf_get(conf, KINIT_CMD, NULL, &cmd_size) != RD_KAFKA_CONF_OK)
+		return true;
+	cmd = palloc(cmd_size + 1);
+	if (rd_kafka_conf_get(conf, KINIT_CMD, cmd, &cmd_size) != RD_KAFKA_CONF_OK)
+		cmd[0] = '\0';
+	quiet = psprintf("%s%s", QUIET_PREFIX, cmd);
+	ok = rd_kafka_conf_set(conf, KINIT_CMD, quiet, problem, size) ==
+		 RD_KAFKA_CONF_OK;
+	pfree(quiet);
+	pfree(cmd);
+	return ok;
 }
 
 /*
@@ -673,10 +710,30 @@ scrub_values_of(const char *properties)
 		{
 			*eq = '\0';
 			if (takes_free_text(trimmed(entry)))
-				outbox_scrub_add(trimmed(eq + 1));
+				scrub_template(trimmed(eq + 1));
 		}
 		pfree(entry);
 	}
+}
+
+/*
+ * scrub_template: have outbox_scrub look for value, or for each part of it
+ * between the "%{property}" of a template (sasl.kerberos.kinit.cmd): those
+ * name other properties, whose own values are looked for, and hiding them
+ * would hide every "kerberos" librdkafka says.
+ */
+static void
+scrub_template(char *value)
+{
+	char *open;
+
+	while ((open = strstr(value, "%{")) != NULL && strchr(open, '}') != NULL)
+	{
+		*open = '\0';
+		outbox_scrub_add(value);
+		value = strchr(open + 2, '}') + 1;
+	}
+	outbox_scrub_add(value);
 }
 
 /*

@@ -152,9 +152,11 @@ relay_said() {
 }
 
 # Malformed GSSAPI settings: librdkafka quotes the keytab and the
-# principal in its "Kerberos ticket refresh failed" line; neither, nor any
-# part of them, reaches the server log or relay_status(), and once the
-# settings are reset the relay delivers again, its last error gone.
+# principal in its "Kerberos ticket refresh failed" line, and the kinit
+# command it runs (here ls, which complains about both as kinit would)
+# writes to the relay's stderr, the server log; neither, nor any part of
+# them, reaches the server log or relay_status(), and once the settings
+# are reset the relay delivers again, its last error gone.
 t_librdkafka_quotes_secret() {
     local topic=it.scrub all=$IT_TMP/scrub.out start s1 s2 s3
     [ -n "${KAFKA_SASL_BROKERS:-}" ] || { fail "the test broker has no SASL listener (kafka_add_sasl)"; return; }
@@ -162,7 +164,7 @@ t_librdkafka_quotes_secret() {
     start=$(sql "SELECT pg_postmaster_start_time()")
     LOG_MARK=$(log_mark)
     : >"$all"
-    alter_system "ALTER SYSTEM SET outbox.kafka_properties = 'security.protocol=SASL_PLAINTEXT;sasl.mechanism=GSSAPI;sasl.kerberos.keytab=/nonexistent/$s1;sasl.kerberos.principal=$s2 $s3'" >>"$all"
+    alter_system "ALTER SYSTEM SET outbox.kafka_properties = 'security.protocol=SASL_PLAINTEXT;sasl.mechanism=GSSAPI;sasl.kerberos.keytab=/nonexistent/$s1;sasl.kerberos.principal=$s2 $s3;sasl.kerberos.kinit.cmd=ls %{sasl.kerberos.keytab} %{sasl.kerberos.principal}'" >>"$all"
     set_setting outbox.kafka_brokers "$KAFKA_SASL_BROKERS"
     sql "SELECT outbox.enqueue('T', 'scrub-1', '{}', topic => '$topic')" >/dev/null
     log_shows 'Kerberos ticket refresh failed'
