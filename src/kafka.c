@@ -7,6 +7,9 @@
  * inside librdkafka (log.queue) and served by rd_kafka_poll/rd_kafka_flush
  * on the worker's thread; the callbacks only copy what they are given, and
  * the copies are written to the server log after librdkafka has returned.
+ * Every text librdkafka gives (log lines, error events, rd_kafka_new's
+ * errors) is first scrubbed of the properties' values (kafka_scrub.c):
+ * librdkafka quotes them, secrets included, whatever their names.
  *
  * A fault that lasts makes librdkafka say the same thing again and again
  * (every reconnect, every retry, every producer re-created after a fatal
@@ -105,6 +108,20 @@
  */
 #define DEFAULT_TRANSACTION_TIMEOUT_MS "60000"
 
+/*
+ * The first librdkafka whose builtin unsecured OAUTHBEARER token refresher
+ * does not crash (rd_kafka_sasl_oauthbearer_init returned before it set the
+ * queue the token refresh timer posts to, from 1.9.0 to 2.1.1).
+ */
+#define UNSECURED_JWT_SAFE_VERSION 0x02020000
+
+/* Set to a property, a text librdkafka takes only where any text goes. */
+#define FREE_TEXT_PROBE "outbox: any text"
+
+/* The GSSAPI kinit command, and what makes it print nothing. */
+#define KINIT_CMD "sasl.kerberos.kinit.cmd"
+#define QUIET_PREFIX "exec >/dev/null 2>&1; "
+
 /* syslog levels librdkafka uses: up to 4 (warning) goes to the log. */
 #define SYSLOG_ERR 3
 #define SYSLOG_WARNING 4
@@ -167,7 +184,13 @@ static rd_kafka_conf_t *user_conf(rd_kafka_conf_t *conf, const char *brokers,
 								  const char *properties, char *problem,
 								  size_t size);
 static bool apply_properties(rd_kafka_conf_t *conf, const char *properties,
-							 char *problem, size_t size);
+							 char *problem, size_t size, const char **hint);
+static bool crashing_combination(rd_kafka_conf_t *conf, char *problem,
+								 size_t size, const char **hint);
+static void scrub_values_of(const char *properties);
+static bool takes_free_text(const char *key);
+static void scrub_template(char *value);
+static bool quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size);
 static bool apply_entry(rd_kafka_conf_t *conf, char *entry, int position,
 						char *problem, size_t size);
 static char *next_entry(const char **cursor);
@@ -211,10 +234,13 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	rd_kafka_conf_t *conf;
 
 	Assert(producer == NULL);
+	outbox_scrub_forget();
+	scrub_values_of(properties);
 	conf = make_conf(brokers, properties, transactional_id, problem,
 					 sizeof(problem));
 	if (conf == NULL)
 	{
+		outbox_scrub(problem, problem, sizeof(problem));
 		ereport(LOG,
 				(errmsg("outbox relay: unusable Kafka settings: %s", problem),
 				 errhint("Fix outbox.kafka_properties and reload.")));
@@ -225,6 +251,7 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	if (producer == NULL)
 	{
 		rd_kafka_conf_destroy(conf);
+		outbox_scrub(problem, problem, sizeof(problem));
 		ereport(LOG,
 				(errmsg("outbox relay: could not create the Kafka producer: %s",
 						problem)));
@@ -303,7 +330,13 @@ struct rd_kafka_conf_s *
 outbox_kafka_reader_conf(const char *brokers, const char *properties,
 						 char *problem, size_t size)
 {
-	return user_conf(rd_kafka_conf_new(), brokers, properties, problem, size);
+	rd_kafka_conf_t *conf;
+
+	scrub_values_of(properties);
+	conf = user_conf(rd_kafka_conf_new(), brokers, properties, problem, size);
+	if (conf == NULL)
+		outbox_scrub(problem, problem, size);
+	return conf;
 }
 
 /*
@@ -545,13 +578,14 @@ outbox_kafka_version(void)
 /*
  * outbox_kafka_check_properties: whether librdkafka accepts properties;
  * if not, problem names the offending entry (never its value, which may
- * be a secret).
+ * be a secret), and *hint, if not NULL, says what to set instead.
  */
 bool
-outbox_kafka_check_properties(const char *properties, char *problem, size_t size)
+outbox_kafka_check_properties(const char *properties, char *problem,
+							  size_t size, const char **hint)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	bool ok = apply_properties(conf, properties, problem, size);
+	bool ok = apply_properties(conf, properties, problem, size, hint);
 
 	rd_kafka_conf_destroy(conf);
 	return ok;
@@ -610,7 +644,8 @@ static rd_kafka_conf_t *
 user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
 		  char *problem, size_t size)
 {
-	if (!apply_properties(conf, properties, problem, size) ||
+	if (!apply_properties(conf, properties, problem, size, NULL) ||
+		!quiet_kinit(conf, problem, size) ||
 		rd_kafka_conf_set(conf, "bootstrap.servers", brokers, problem, size) !=
 			RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "log.queue", "true", problem, size) !=
@@ -624,6 +659,36 @@ user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
 }
 
 /*
+ * quiet_kinit: have the Kerberos kinit command (GSSAPI), the property's or
+ * librdkafka's default, run with its output thrown away.  librdkafka runs
+ * it with system(), so what the shell and kinit print goes to the relay's
+ * stdout and stderr, the server log, past outbox_scrub: "kinit: Key table
+ * file '<sasl.kerberos.keytab>' not found".  librdkafka's own line on a
+ * failed kinit says the exit code, and is scrubbed.  True without such a
+ * property (a build without GSSAPI).
+ */
+static bool
+quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size)
+{
+	size_t cmd_size = 0;
+	char *cmd;
+	char *quiet;
+	bool ok;
+
+	if (rd_kafka_conf_get(conf, KINIT_CMD, NULL, &cmd_size) != RD_KAFKA_CONF_OK)
+		return true;
+	cmd = palloc(cmd_size + 1);
+	if (rd_kafka_conf_get(conf, KINIT_CMD, cmd, &cmd_size) != RD_KAFKA_CONF_OK)
+		cmd[0] = '\0';
+	quiet = psprintf("%s%s", QUIET_PREFIX, cmd);
+	ok = rd_kafka_conf_set(conf, KINIT_CMD, quiet, problem, size) ==
+		 RD_KAFKA_CONF_OK;
+	pfree(quiet);
+	pfree(cmd);
+	return ok;
+}
+
+/*
  * apply_properties: set each "key=value" of a ';'-separated list.  A refused
  * entry is named by its property only if librdkafka knows that name, else
  * by its position: an unknown "name" may be the tail of a password that
@@ -631,20 +696,114 @@ user_conf(rd_kafka_conf_t *conf, const char *brokers, const char *properties,
  */
 static bool
 apply_properties(rd_kafka_conf_t *conf, const char *properties, char *problem,
-				 size_t size)
+				 size_t size, const char **hint)
 {
 	const char *cursor = properties ? properties : "";
 	char *entry;
 	int position = 0;
 	bool ok = true;
 
+	if (hint != NULL)
+		*hint = NULL;
 	while (ok && (entry = next_entry(&cursor)) != NULL)
 	{
 		position++;
 		ok = apply_entry(conf, entry, position, problem, size);
 		pfree(entry);
 	}
-	return ok;
+	return ok && !crashing_combination(conf, problem, size, hint);
+}
+
+/*
+ * crashing_combination: whether conf asks for what crashes this librdkafka
+ * (and with it the server): its builtin unsecured OAUTHBEARER token, before
+ * 2.2.0, crashes the first time it is refreshed (10 s after a token it
+ * could not make, or at four fifths of a token's life), whatever
+ * sasl.oauthbearer.config holds.  If so, problem and *hint say why.
+ */
+static bool
+crashing_combination(rd_kafka_conf_t *conf, char *problem, size_t size,
+					 const char **hint)
+{
+	char value[16];
+	size_t value_size = sizeof(value);
+
+	if (rd_kafka_version() >= UNSECURED_JWT_SAFE_VERSION ||
+		rd_kafka_conf_get(conf, "enable.sasl.oauthbearer.unsecure.jwt", value,
+						  &value_size) != RD_KAFKA_CONF_OK ||
+		strcmp(value, "true") != 0)
+		return false;
+	snprintf(problem, size,
+			 "Property \"enable.sasl.oauthbearer.unsecure.jwt\" makes librdkafka %s "
+			 "crash the server when it refreshes the token.",
+			 rd_kafka_version_str());
+	if (hint != NULL)
+		*hint = "Use SASL mechanism PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or "
+				"GSSAPI, or librdkafka 2.2.0 or later for unsecured "
+				"OAUTHBEARER tokens.";
+	return true;
+}
+
+/*
+ * scrub_values_of: have outbox_scrub look for the value of each entry of
+ * properties whose property takes free text (a secret may be any of them).
+ */
+static void
+scrub_values_of(const char *properties)
+{
+	const char *cursor = properties ? properties : "";
+	char *entry;
+
+	while ((entry = next_entry(&cursor)) != NULL)
+	{
+		char *eq = strchr(entry, '=');
+
+		if (eq != NULL)
+		{
+			*eq = '\0';
+			if (takes_free_text(trimmed(entry)))
+				scrub_template(trimmed(eq + 1));
+		}
+		pfree(entry);
+	}
+}
+
+/*
+ * scrub_template: have outbox_scrub look for value, or for each part of it
+ * between the "%{property}" of a template (sasl.kerberos.kinit.cmd): those
+ * name other properties, whose own values are looked for, and hiding them
+ * would hide every "kerberos" librdkafka says.
+ */
+static void
+scrub_template(char *value)
+{
+	char *open;
+
+	while ((open = strstr(value, "%{")) != NULL && strchr(open, '}') != NULL)
+	{
+		*open = '\0';
+		outbox_scrub_add(value);
+		value = strchr(open + 2, '}') + 1;
+	}
+	outbox_scrub_add(value);
+}
+
+/*
+ * takes_free_text: whether librdkafka takes any text for property key (a
+ * string), rather than only a number, a boolean or one of its named
+ * choices, which could hold no secret.  An unknown key counts as one: it
+ * is refused before its value reaches librdkafka anyway.
+ */
+static bool
+takes_free_text(const char *key)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char why[256];
+	rd_kafka_conf_res_t res;
+
+	res = rd_kafka_conf_set(conf, key, FREE_TEXT_PROBE, why, sizeof(why));
+	rd_kafka_conf_destroy(conf);
+	return res != RD_KAFKA_CONF_INVALID;
 }
 
 /*
@@ -776,6 +935,7 @@ on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	char line[LOG_LINE_LEN];
 
 	snprintf(line, sizeof(line), "%s: %s", fac, buf);
+	outbox_scrub(line, line, sizeof(line));
 	keep_log_line(level, line);
 	if (level <= SYSLOG_WARNING)
 		note_problem(line);
@@ -807,6 +967,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 		broker_state = "down";
 	snprintf(line, sizeof(line), "%s: %s", rd_kafka_err2name(err), reason);
+	outbox_scrub(line, line, sizeof(line));
 	keep_log_line(err == RD_KAFKA_RESP_ERR__FATAL ? SYSLOG_ERR : SYSLOG_WARNING,
 				  line);
 	/* "All brokers are down" says less than the error that led to it. */
@@ -879,6 +1040,17 @@ outbox_kafka_new_problem(void)
 		return NULL;
 	problem_unsaid = false;
 	return latest_problem;
+}
+
+/*
+ * outbox_kafka_forget_problem: drop librdkafka's latest problem, which the
+ * settings it came from no longer cause.
+ */
+void
+outbox_kafka_forget_problem(void)
+{
+	latest_problem[0] = '\0';
+	problem_unsaid = false;
 }
 
 /*

@@ -105,8 +105,14 @@ extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);
 extern const char *outbox_kafka_new_problem(void);
-extern bool outbox_kafka_check_properties(const char *properties,
-										  char *problem, size_t size);
+extern bool outbox_kafka_check_properties(const char *properties, char *problem,
+										  size_t size, const char **hint);
+extern void outbox_kafka_forget_problem(void);
+
+/* kafka_scrub.c */
+extern void outbox_scrub_forget(void);
+extern void outbox_scrub_add(const char *value);
+extern void outbox_scrub(const char *text, char *out, size_t size);
 
 /* kafka_txn.c */
 extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,

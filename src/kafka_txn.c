@@ -34,6 +34,10 @@ static uint64 open_in = 0;     /* the generation with a transaction open */
 static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
 							  size_t size);
 static KafkaTxnResult outcome(rd_kafka_error_t *error, char *why, size_t size);
+static KafkaTxnResult progress_read(const char *brokers,
+									const char *properties, const char *topic,
+									const char *key, int timeout_ms,
+									char **value, char *why, size_t size);
 static KafkaTxnResult ensure_topic(const char *topic, int timeout_ms,
 								   char *why, size_t size);
 static KafkaTxnResult create_topic(const char *topic, int timeout_ms,
@@ -145,6 +149,23 @@ KafkaTxnResult
 outbox_kafka_progress_read(const char *brokers, const char *properties,
 						   const char *topic, const char *key, int timeout_ms,
 						   char **value, char *why, size_t size)
+{
+	KafkaTxnResult result = progress_read(brokers, properties, topic, key,
+										  timeout_ms, value, why, size);
+
+	/* librdkafka's words, from any step, as outbox_scrub leaves them. */
+	if (result != KAFKA_TXN_DONE)
+		outbox_scrub(why, why, size);
+	return result;
+}
+
+/*
+ * progress_read: outbox_kafka_progress_read, why as librdkafka said it.
+ */
+static KafkaTxnResult
+progress_read(const char *brokers, const char *properties, const char *topic,
+			  const char *key, int timeout_ms, char **value, char *why,
+			  size_t size)
 {
 	TimestampTz deadline =
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
@@ -342,7 +363,7 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 
 	if (error == NULL)
 		return KAFKA_TXN_DONE;
-	strlcpy(why, rd_kafka_error_string(error), size);
+	outbox_scrub(rd_kafka_error_string(error), why, size);
 	if (rd_kafka_error_is_fatal(error))
 	{
 		rd_kafka_resp_err_t cause =

@@ -411,19 +411,22 @@ check_progress_topic(char **newval, void **extra, GucSource source)
 /*
  * check_kafka_properties: refuse properties librdkafka would refuse, so a
  * typo fails at ALTER SYSTEM or reload instead of silently idling the
- * relay.  The message names a property librdkafka knows, or the entry's
- * position, never a value.  The statement that sets a value is hidden
- * from pg_stat_activity.
+ * relay, and those that would crash it.  The message names a property
+ * librdkafka knows, or the entry's position, never a value.  The statement
+ * that sets a value is hidden from pg_stat_activity.
  */
 static bool
 check_kafka_properties(char **newval, void **extra, GucSource source)
 {
 	char problem[256];
+	const char *hint;
 
 	outbox_redact_activity();
 	if (*newval == NULL ||
-		outbox_kafka_check_properties(*newval, problem, sizeof(problem)))
+		outbox_kafka_check_properties(*newval, problem, sizeof(problem), &hint))
 		return true;
 	GUC_check_errdetail("%s", problem);
+	if (hint != NULL)
+		GUC_check_errhint("%s", hint);
 	return false;
 }

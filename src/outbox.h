@@ -154,6 +154,7 @@ extern void outbox_relay_absent(void);
 extern void outbox_status_started(void);
 extern void outbox_status_state(OutboxRelayState state);
 extern void outbox_status_error(const char *error);
+extern void outbox_status_clear_error(void);
 extern void outbox_status_batch(uint64 sent, uint64 failed);
 extern void outbox_status_totals(uint64 sent, uint64 failed, uint64 retried);
 extern OutboxRelayState outbox_status_current(void);

@@ -19,6 +19,7 @@
  *	 db_settings.c	what ALTER DATABASE ... SET gave the relay
  *	 kafka.c		librdkafka, and nothing above it
  *	 kafka_txn.c	librdkafka's transactions and the progress topic
+ *	 kafka_scrub.c	property values cut out of librdkafka's words
  *
  * src/relay.h
  */

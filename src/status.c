@@ -103,6 +103,19 @@ outbox_status_error(const char *error)
 }
 
 /*
+ * outbox_status_clear_error: publish that the relay has no error now, as
+ * when the settings its last error came from were changed.
+ */
+void
+outbox_status_clear_error(void)
+{
+	SpinLockAcquire(&outbox_shared->mutex);
+	outbox_my_relay->last_error[0] = '\0';
+	outbox_my_relay->last_error_at = 0;
+	SpinLockRelease(&outbox_shared->mutex);
+}
+
+/*
  * outbox_status_broker: publish what the relay knows of the broker.
  */
 void

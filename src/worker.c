@@ -118,6 +118,8 @@ static const char *lock_waiting[RELAY_GUARDED_STEPS]; /* steps said waiting */
 static void keep_freed_memory(void);
 static void pin_settings(void);
 static void apply_reload(void);
+static char *kafka_settings(void);
+static bool settings_changed(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
 static void check_sizes(void);
@@ -289,10 +291,21 @@ static void
 apply_reload(void)
 {
 	char *now_set;
+	char *kafka_before = kafka_settings();
+	char *kafka_after;
 
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	wait_for_reload = false;
+	kafka_after = kafka_settings();
+	if (strcmp(kafka_before, kafka_after) != 0)
+	{
+		/* The error said what the settings now gone did. */
+		outbox_status_clear_error();
+		outbox_kafka_forget_problem();
+	}
+	pfree(kafka_before);
+	pfree(kafka_after);
 	now_set = relay_db_settings();
 	if (strcmp(now_set, db_settings) != 0)
 	{
@@ -307,14 +320,35 @@ apply_reload(void)
 }
 
 /*
+ * kafka_settings: the settings a producer is made with, in one string.
+ */
+static char *
+kafka_settings(void)
+{
+	return psprintf("%s\n%s\n%d\n%s", outbox_kafka_brokers,
+					outbox_kafka_properties, outbox_delivery,
+					outbox_progress_topic);
+}
+
+/*
  * producer_outdated: whether the running producer was made with other
  * Kafka settings than the current ones.
  */
 static bool
 producer_outdated(void)
 {
-	if (!outbox_kafka_running())
-		return false;
+	return outbox_kafka_running() && settings_changed();
+}
+
+/*
+ * settings_changed: whether the Kafka settings differ from those the
+ * latest producer was made with (true before the first).
+ */
+static bool
+settings_changed(void)
+{
+	if (used_brokers == NULL)
+		return true;
 	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
 		   strcmp(used_properties, outbox_kafka_properties) != 0 ||
 		   used_delivery != outbox_delivery ||
@@ -444,6 +478,12 @@ ensure_producer(void)
 								: "unusable Kafka settings; see the server log");
 		set_state(RELAY_STATE_UNCONFIGURED);
 		return false;
+	}
+	if (settings_changed())
+	{
+		/* What the old producer said (while it drained) is no news now. */
+		outbox_status_clear_error();
+		outbox_kafka_forget_problem();
 	}
 	if (used_brokers)
 		pfree(used_brokers);
