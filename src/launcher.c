@@ -8,9 +8,11 @@
  * relay in each database it has not heard of, which leaves at once,
  * saying so in its slot, where the extension is not installed.  Such a
  * database gets no relay again until a CREATE EXTENSION outbox commits
- * somewhere (the committing session wakes the launcher), or
- * ABSENT_RECHECK_MS has passed.  DROP EXTENSION makes the relay leave the
- * same way; DROP DATABASE holds the launcher off (utility.c).
+ * there (the committing session wakes the launcher for that database
+ * alone), or ABSENT_RECHECK_MS has passed.  DROP EXTENSION makes the
+ * relay leave the same way; DROP DATABASE holds the launcher off
+ * (utility.c).  No database's relay starts more than once a second,
+ * whatever the statements run meanwhile.
  *
  * A relay that keeps failing is restarted with a growing delay.  At most
  * outbox.max_relays relays run, each in a shared-memory slot the launcher
@@ -51,6 +53,7 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 
 /* A relay that lived shorter than this counts as failing at start. */
 #define RELAY_HEALTHY_MS 10000
+/* Also the least time between two starts of one database's relay. */
 #define RELAY_RESTART_MIN_MS 1000
 #define RELAY_RESTART_MAX_MS 60000
 /* How often pg_database is read for new and dropped databases. */
@@ -75,13 +78,16 @@ typedef struct Database
 } Database;
 
 static List *databases = NIL;
-static uint32 seen_created = 0;
+/* A look everywhere asked for (too many CREATE EXTENSIONs at once). */
+static bool look_everywhere = false;
+static TimestampTz looked_everywhere = 0;
 /* Said once until a relay starts again: which limit stopped one. */
 static bool said_slots = false;
 static bool said_workers = false;
 /* Said once until a reload: outbox.database names no database. */
 static bool said_missing = false;
 
+static bool take_wakes(TimestampTz now);
 static void launcher_attach(void);
 static void launcher_detach(int code, Datum arg);
 static void stop_orphans(void);
@@ -138,7 +144,6 @@ outbox_launcher_main(Datum main_arg)
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		uint32 created = pg_atomic_read_u32(&outbox_shared->created);
 		long wait_ms = LAUNCHER_CHECK_MS;
 		ListCell *lc;
 
@@ -150,21 +155,21 @@ outbox_launcher_main(Datum main_arg)
 			listed_at = 0;
 			said_missing = false;
 		}
-		/* A CREATE EXTENSION committed: look everywhere again. */
-		if (created != seen_created)
-		{
-			seen_created = created;
-			foreach (lc, databases)
-				((Database *) lfirst(lc))->absent = false;
+		/* A database new to us may have been created with the extension. */
+		if (take_wakes(now))
 			listed_at = 0;
-		}
 		if (TimestampDifferenceExceeds(listed_at, now, LAUNCHER_CHECK_MS))
 		{
 			list_databases();
 			listed_at = now;
 		}
+		/* Not Min(wait_ms, tend(...)): the macro would call it twice. */
 		foreach (lc, databases)
-			wait_ms = Min(wait_ms, tend((Database *) lfirst(lc), now));
+		{
+			long db_wait_ms = tend((Database *) lfirst(lc), now);
+
+			wait_ms = Min(wait_ms, db_wait_ms);
+		}
 		forget_unlisted();
 
 		(void) WaitLatch(MyLatch,
@@ -172,6 +177,48 @@ outbox_launcher_main(Datum main_arg)
 						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * take_wakes: the databases where a CREATE EXTENSION outbox committed
+ * are looked at again; every database only if too many came at once, and
+ * then not more often than LAUNCHER_CHECK_MS.  True if one of them is not
+ * known yet.
+ */
+static bool
+take_wakes(TimestampTz now)
+{
+	Oid created_in[OUTBOX_WAKE_SLOTS];
+	int n;
+	bool unknown = false;
+	ListCell *lc;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	n = outbox_shared->ncreated;
+	memcpy(created_in, outbox_shared->created_in, n * sizeof(Oid));
+	look_everywhere |= outbox_shared->created_more;
+	outbox_shared->ncreated = 0;
+	outbox_shared->created_more = false;
+	SpinLockRelease(&outbox_shared->mutex);
+
+	for (int i = 0; i < n; i++)
+	{
+		Database *db = find_database(created_in[i]);
+
+		if (db != NULL)
+			db->absent = false;
+		unknown |= db == NULL;
+	}
+	if (look_everywhere &&
+		TimestampDifferenceExceeds(looked_everywhere, now, LAUNCHER_CHECK_MS))
+	{
+		foreach (lc, databases)
+			((Database *) lfirst(lc))->absent = false;
+		look_everywhere = false;
+		looked_everywhere = now;
+		unknown = true;
+	}
+	return unknown;
 }
 
 /*
@@ -377,12 +424,15 @@ tend(Database *db, TimestampTz now)
  * may start.  One that found no extension waits for a CREATE EXTENSION.
  * One that did not last, in a database still wanted, failed: the next
  * waits longer each time.  One stopped because its database is being
- * dropped or no longer wanted did not fail.
+ * dropped or no longer wanted did not fail.  Either way, not two starts
+ * in a second: statements that stop a relay (utility.c) must not make the
+ * launcher start them in a loop.
  */
 static void
 reap(Database *db, TimestampTz now)
 {
 	bool failed;
+	TimestampTz next;
 
 	SpinLockAcquire(&outbox_shared->mutex);
 	db->absent = outbox_shared->slots[db->slot].absent;
@@ -396,8 +446,9 @@ reap(Database *db, TimestampTz now)
 			 !TimestampDifferenceExceeds(db->started, now, RELAY_HEALTHY_MS);
 	db->restart_ms = failed ? Min(db->restart_ms * 2, RELAY_RESTART_MAX_MS)
 							: RELAY_RESTART_MIN_MS;
-	db->next_start =
-		failed ? TimestampTzPlusMilliseconds(now, db->restart_ms) : now;
+	next = failed ? TimestampTzPlusMilliseconds(now, db->restart_ms) : now;
+	db->next_start = Max(
+		next, TimestampTzPlusMilliseconds(db->started, RELAY_RESTART_MIN_MS));
 	if (db->absent && outbox_database[0] != '\0')
 		ereport(
 			LOG,

@@ -96,15 +96,21 @@ typedef struct OutboxRelayStart
 	uint32 generation;
 } OutboxRelayStart;
 
+/* Databases whose CREATE EXTENSION the launcher has yet to hear of. */
+#define OUTBOX_WAKE_SLOTS 8
+
 /* Shared memory: one struct for the cluster. */
 typedef struct OutboxShared
 {
-	slock_t mutex;             /* protects the slots' and holds' fields */
+	slock_t mutex;             /* protects every field but the atomics */
 	Oid hold_database;         /* DROP DATABASE under way: no relay here */
 	pid_t hold_pid;            /* the process running that DROP DATABASE */
 	pg_atomic_uint64 launcher; /* PGPROC of the launcher, 0 if none */
-	pg_atomic_uint32 created;  /* CREATE EXTENSION commits, counted */
-	int nslots;                /* outbox.max_relays */
+	/* Where CREATE EXTENSION outbox committed since the launcher looked. */
+	Oid created_in[OUTBOX_WAKE_SLOTS];
+	int ncreated;
+	bool created_more; /* more than fit: look everywhere */
+	int nslots;        /* outbox.max_relays */
 	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 

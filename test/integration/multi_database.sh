@@ -214,3 +214,66 @@ t_database_exclusive_statements() {
     md_teardown
     sql "DROP TABLESPACE it_md_ts"
 }
+
+# relay_starts MARK: how many relay processes the postmaster started since
+# MARK (its DEBUG1 line; log_min_messages must be debug1 meanwhile).
+relay_starts() {
+    log_since "$1" | grep -c 'starting background worker process "outbox relay"'
+}
+
+# md_loop SECONDS ROLE DB STATEMENT...: run the statements again and again
+# for SECONDS, as ROLE in DB, one session, errors ignored; say how many
+# ran and how many relays started meanwhile (log_min_messages must be
+# debug1) in NOOP_STARTS.
+md_loop() {
+    local seconds=$1 role=$2 db=$3 marker t0 ran
+    shift 3
+    marker=$(log_mark)
+    t0=${EPOCHREALTIME/./}
+    ran=$(for i in $(seq 1 100000); do printf '%s;\n' "$@"; done \
+        | timeout "$seconds" "$PGBIN/psql" -X -q -U "$role" -d "$db" -v VERBOSITY=terse 2>&1 | wc -l)
+    t0=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    sleep 1
+    NOOP_STARTS=$(relay_starts "$marker")
+    echo "#   $role, $seconds s of: $*: $ran messages in $t0 ms, $NOOP_STARTS relay starts"
+    return 0
+}
+
+# Statements that change nothing the launcher must know wake nothing: a
+# role with CONNECT only, looping CREATE EXTENSION IF NOT EXISTS outbox
+# (which succeeds where it exists) or DROP EXTENSION IF EXISTS of an
+# extension that is not there; a database's owner without CREATEDB
+# looping statements on its database that are refused or do nothing
+# (RENAME, SET TABLESPACE to its own, CREATE DATABASE ... TEMPLATE), then
+# with CREATEDB, to names that exist.  No relay starts meanwhile, and the
+# relays keep their processes.
+t_noop_wakes() {
+    local pids starts=0
+    md_setup
+    for db in $MD_DBS; do
+        wait_until 30 "SELECT $(relays_in $db) = 1" || fail "no relay for $db"
+    done
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_nobody; CREATE ROLE it_nobody LOGIN;
+         DROP ROLE IF EXISTS it_md_owner; CREATE ROLE it_md_owner LOGIN;
+         ALTER DATABASE outbox_md_a OWNER TO it_md_owner"
+    pids=$(sql "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+    set_setting log_min_messages debug1
+    md_loop 3 it_nobody outbox_md_b "CREATE EXTENSION IF NOT EXISTS outbox"
+    starts=$((starts + NOOP_STARTS))
+    md_loop 2 it_nobody outbox_md_b "DROP EXTENSION IF EXISTS outbox_no_such"
+    starts=$((starts + NOOP_STARTS))
+    md_loop 2 it_md_owner postgres "ALTER DATABASE outbox_md_a RENAME TO outbox_md_z" \
+        "ALTER DATABASE outbox_md_a SET TABLESPACE pg_default" "CREATE DATABASE outbox_md_z TEMPLATE outbox_md_a"
+    starts=$((starts + NOOP_STARTS))
+    sql "ALTER ROLE it_md_owner CREATEDB"
+    md_loop 2 it_md_owner postgres "ALTER DATABASE outbox_md_a RENAME TO outbox_md_b" \
+        "CREATE DATABASE outbox_md_b TEMPLATE outbox_md_a"
+    starts=$((starts + NOOP_STARTS))
+    sql "ALTER SYSTEM RESET log_min_messages" && sql "SELECT pg_reload_conf()" >/dev/null
+    expect "relay starts during no-op statements" "$starts" 0
+    expect "relay processes after no-op statements" \
+        "$(sql "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")" "$pids"
+    md_deliver outbox_md_a it.md.noop after
+    sql "ALTER DATABASE outbox_md_a OWNER TO postgres; DROP ROLE it_nobody; DROP ROLE it_md_owner"
+    md_teardown
+}
