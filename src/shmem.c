@@ -137,6 +137,22 @@ wake_launcher(void)
 }
 
 /*
+ * outbox_nudge_launcher: set the launcher's latch, if it runs, so that it
+ * looks at once at what changed (a hold released).
+ */
+void
+outbox_nudge_launcher(void)
+{
+	PGPROC *launcher;
+
+	if (outbox_shared == NULL)
+		return;
+	launcher = (PGPROC *) pg_atomic_read_u64(&outbox_shared->launcher);
+	if (launcher != NULL)
+		SetLatch(&launcher->procLatch);
+}
+
+/*
  * outbox_relay_attach: publish this process as the relay of the slot the
  * launcher gave it, so commits and operators can wake it; undone at exit.
  * A relay whose slot was freed before it started leaves.

@@ -365,19 +365,25 @@ hold_database(Oid dboid)
 }
 
 /*
- * release_database: DROP DATABASE is over; let the launcher look again.
- * Only this process's hold: a concurrent DROP may have taken the slot.
+ * release_database: DROP DATABASE is over; let the launcher look again,
+ * now rather than at its next round.  Only this process's hold: a
+ * concurrent DROP may have taken the slot.
  */
 static void
 release_database(void)
 {
+	bool mine;
+
 	SpinLockAcquire(&outbox_shared->mutex);
-	if (outbox_shared->hold_pid == MyProcPid)
+	mine = outbox_shared->hold_pid == MyProcPid;
+	if (mine)
 	{
 		outbox_shared->hold_database = InvalidOid;
 		outbox_shared->hold_pid = 0;
 	}
 	SpinLockRelease(&outbox_shared->mutex);
+	if (mine)
+		outbox_nudge_launcher();
 }
 
 /*

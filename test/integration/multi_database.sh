@@ -163,8 +163,9 @@ t_relay_limits() {
     sql "ALTER SYSTEM SET outbox.max_relays = 2"
     marker=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
-    wait_log "$marker" 30 'outbox.max_relays \(2\) relays run; database "[a-z_]+" gets none' \
+    wait_log "$marker" 30 'database "[a-z_]+" is waiting for a relay slot' \
         || fail "no log line for outbox.max_relays reached"
+    log_since "$marker" | grep -q 'outbox.max_relays (2) relays run' || fail "the log line does not name outbox.max_relays"
     wait_until 20 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
         || fail "not 2 relays with outbox.max_relays = 2"
     holds 3 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
@@ -178,7 +179,7 @@ t_relay_limits() {
     sql "ALTER SYSTEM SET outbox.max_relays = 8" && sql "ALTER SYSTEM SET max_worker_processes = 3"
     marker=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
-    wait_log "$marker" 30 'no background worker slot free \(max_worker_processes = 3\)' \
+    wait_log "$marker" 30 'No background worker slot is free \(max_worker_processes = 3\)' \
         || fail "no log line for max_worker_processes reached"
     sql "ALTER SYSTEM RESET outbox.max_relays" && sql "ALTER SYSTEM RESET max_worker_processes"
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
@@ -276,4 +277,93 @@ t_noop_wakes() {
     md_deliver outbox_md_a it.md.noop after
     sql "ALTER DATABASE outbox_md_a OWNER TO postgres; DROP ROLE it_nobody; DROP ROLE it_md_owner"
     md_teardown
+}
+
+# os_teardown: drop the owner_slots databases and roles.
+os_teardown() {
+    local db
+    for db in $(sql "SELECT datname FROM pg_database WHERE datname LIKE 'outbox_os_%'"); do
+        timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $db WITH (FORCE)" || fail "DROP DATABASE $db failed"
+    done
+    sql "DROP ROLE IF EXISTS it_tenant; DROP ROLE IF EXISTS it_other"
+    set_setting outbox.database "$IT_DB"
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "relays left after the databases were dropped"
+}
+
+# A tenant with CREATEDB copies its outbox database until the relays run
+# out (max_worker_processes: 8, so about 6 relays).  Another owner's new
+# outbox database still gets a relay within seconds and delivers; the
+# copies left without one are named in the log and shown waiting in
+# relay_status() (of any database) and in their outbox.stats.
+t_owner_slots() {
+    local marker n=0 last=-1 count started took waiting
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_tenant; CREATE ROLE it_tenant LOGIN CREATEDB;
+         DROP ROLE IF EXISTS it_other; CREATE ROLE it_other LOGIN"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_t0 OWNER it_tenant"
+    sql_in outbox_os_t0 "CREATE EXTENSION outbox"
+    set_setting outbox.database ''
+    marker=$(log_mark)
+    # Copies until the relay count stops growing, then two more.
+    while [ $n -lt 12 ]; do
+        n=$((n + 1))
+        timeout 30 "$PGBIN/psql" -X -q -U it_tenant -d postgres -c "CREATE DATABASE outbox_os_t$n TEMPLATE outbox_os_t0" \
+            || fail "copy $n failed"
+        sleep 1.5
+        count=$(sql "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+        [ "$count" = "$last" ] && [ $n -ge 8 ] && break
+        last=$count
+    done
+    echo "#   $n copies, $count relays"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_other OWNER it_other"
+    started=${EPOCHREALTIME/./}
+    sql_in outbox_os_other "CREATE EXTENSION outbox"
+    if wait_until 30 "SELECT $(relays_in outbox_os_other) = 1"; then
+        took=$(((${EPOCHREALTIME/./} - started) / 1000))
+        echo "#   relay of outbox_os_other started $took ms after CREATE EXTENSION"
+        md_deliver outbox_os_other it.os.other first
+    else
+        fail "no relay for another owner's database once a tenant's copies took the slots"
+    fi
+    wait_log "$marker" 10 'database "outbox_os_t[0-9]+" is waiting for a relay slot' \
+        || fail "the log names no copy left without a relay"
+    waiting=$(sql "SELECT string_agg(database::text, ',' ORDER BY database) FROM outbox.relay_status()
+                    WHERE state = 'waiting for a relay slot' AND pid IS NULL")
+    [ -n "$waiting" ] || fail "relay_status() shows no database waiting for a relay slot"
+    echo "#   waiting: $waiting"
+    expect "outbox.stats.relay_state of ${waiting%%,*}" \
+        "$(sql_in "${waiting%%,*}" "SELECT relay_state FROM outbox.stats")" "waiting for a relay slot"
+    expect "outbox.stats.relay_state of outbox_os_other" "$(sql_in outbox_os_other "SELECT relay_state FROM outbox.stats")" idle
+    os_teardown
+}
+
+# A database's owner (CREATEDB) renames it in a transaction left open:
+# the database stays locked, and no relay waits on that lock holding a
+# slot meanwhile; relay_status() says it waits for the lock.  Once the
+# transaction ends the relay comes back and delivers.
+t_rename_lock() {
+    local oid renamer started took
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_tenant; CREATE ROLE it_tenant LOGIN CREATEDB"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_r OWNER it_tenant"
+    sql_in outbox_os_r "CREATE EXTENSION outbox"
+    set_setting outbox.database ''
+    wait_until 30 "SELECT $(relays_in outbox_os_r) = 1" || fail "no relay for outbox_os_r"
+    oid=$(sql "SELECT oid FROM pg_database WHERE datname = 'outbox_os_r'")
+    PGAPPNAME=it_renamer "$PGBIN/psql" -X -q -U it_tenant -d postgres -c "BEGIN" \
+        -c "ALTER DATABASE outbox_os_r RENAME TO outbox_os_r2" -c "SELECT pg_sleep(8)" -c "ROLLBACK" >/dev/null 2>&1 &
+    renamer=$!
+    wait_until 10 "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'it_renamer' AND query LIKE '%pg_sleep%'" \
+        || fail "the renaming transaction did not start"
+    holds 5 "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'object' AND classid = 'pg_database'::regclass
+               AND objid = $oid AND NOT granted" \
+        || fail "a relay waits for the lock of the database being renamed: $(sql "SELECT count(*) FROM pg_locks WHERE NOT granted")"
+    expect "relay_status() of the locked database" \
+        "$(sql "SELECT state FROM outbox.relay_status() WHERE database = 'outbox_os_r'")" "waiting for lock"
+    wait "$renamer"
+    started=${EPOCHREALTIME/./}
+    wait_until 70 "SELECT $(relays_in outbox_os_r) = 1" || fail "no relay for outbox_os_r after the rename rolled back"
+    took=$(((${EPOCHREALTIME/./} - started) / 1000))
+    echo "#   relay of outbox_os_r back $took ms after the transaction ended"
+    md_deliver outbox_os_r it.os.rename after
+    os_teardown
 }
