@@ -100,7 +100,7 @@ SELECT throws_ok($$SELECT outbox.claim('c', NULL)$$, '22004', 'event_id must not
 
 SELECT has_view('outbox', 'stats', 'stats view');
 SELECT columns_are('outbox', 'stats', ARRAY['backlog', 'max_delay_sec', 'dead', 'sent_last_minute',
-    'failed_last_minute', 'retrying'], 'stats has the documented columns');
+    'failed_last_minute', 'retrying', 'relay_state'], 'stats has the documented columns');
 SELECT has_view('outbox', 'dead_letters', 'dead_letters view');
 SELECT has_function('outbox', 'relay_status', '{}'::text[], 'relay_status()');
 SELECT has_function('outbox', 'pause', '{}'::text[], 'pause()');

@@ -323,7 +323,7 @@ RETURNS SETOF record
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'outbox_relay_status';
 
 COMMENT ON FUNCTION outbox.relay_status() IS
-    'One row per running relay, from shared memory: state, broker, last error, totals since start.';
+    'One row per running relay, from shared memory: state, broker, last error, totals since start; then one per database left without a relay (pid NULL, state ''waiting for a relay slot'' or ''waiting for lock'').';
 
 -- Unsent: not yet relayed, or owned by the retry path and not finished
 -- (event_state 'new' or 'sending').  Not yet relayed is read the way PgQ
@@ -391,7 +391,8 @@ WITH fresh AS MATERIALIZED (
      WHERE s.status OPERATOR(pg_catalog.=) ANY (ARRAY['new', 'sending'])
 ), relays AS (
     SELECT COALESCE(pg_catalog.sum(r.sent_last_minute), 0)::bigint AS sent,
-           COALESCE(pg_catalog.sum(r.failed_last_minute), 0)::bigint AS failed
+           COALESCE(pg_catalog.sum(r.failed_last_minute), 0)::bigint AS failed,
+           pg_catalog.min(r.state) AS state
       FROM outbox.relay_status() r
      WHERE r.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
 )
@@ -433,11 +434,14 @@ SELECT CASE
        -- Failed before, or in flight one by one (its topic stuck).
        (SELECT pg_catalog.count(*) FROM waiting
          WHERE attempts OPERATOR(pg_catalog.>) 0
-            OR status OPERATOR(pg_catalog.=) 'sending') AS retrying
+            OR status OPERATOR(pg_catalog.=) 'sending') AS retrying,
+       -- This database's relay, as relay_status() says: 'waiting for a
+       -- relay slot' when the launcher left it without one.
+       relays.state AS relay_state
   FROM fresh_sum f, relays;
 
 COMMENT ON VIEW outbox.stats IS
-    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact.';
+    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact. relay_state is this database''s relay''s state from relay_status(), ''waiting for a relay slot'' when it has none for want of slots, NULL when no relay is known.';
 
 -- Set the pause flag and wake the relay to notice it.
 CREATE FUNCTION outbox._set_paused(paused boolean) RETURNS void

@@ -9,6 +9,7 @@
 #define OUTBOX_COMPAT_H
 
 #include "catalog/pg_database.h"
+#include "catalog/pg_tablespace.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
@@ -21,6 +22,15 @@
 #else
 #define database_ownercheck(dboid, roleid)                                    \
 	pg_database_ownercheck((dboid), (roleid))
+#endif
+
+/* And the per-kind privilege checks into object_aclcheck. */
+#if PG_VERSION_NUM >= 160000
+#define tablespace_aclcheck(spcoid, roleid, mode)                             \
+	object_aclcheck(TableSpaceRelationId, (spcoid), (roleid), (mode))
+#else
+#define tablespace_aclcheck(spcoid, roleid, mode)                             \
+	pg_tablespace_aclcheck((spcoid), (roleid), (mode))
 #endif
 
 /*

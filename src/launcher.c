@@ -8,15 +8,25 @@
  * relay in each database it has not heard of, which leaves at once,
  * saying so in its slot, where the extension is not installed.  Such a
  * database gets no relay again until a CREATE EXTENSION outbox commits
- * somewhere (the committing session wakes the launcher), or
- * ABSENT_RECHECK_MS has passed.  DROP EXTENSION makes the relay leave the
- * same way; DROP DATABASE holds the launcher off (utility.c).
+ * there (the committing session wakes the launcher for that database
+ * alone), or ABSENT_RECHECK_MS has passed.  DROP EXTENSION makes the
+ * relay leave the same way; DROP DATABASE holds the launcher off
+ * (utility.c).  No database's relay starts more than once a second,
+ * whatever the statements run meanwhile.
  *
  * A relay that keeps failing is restarted with a growing delay.  At most
  * outbox.max_relays relays run, each in a shared-memory slot the launcher
- * hands out; each also needs a background worker slot, and either limit,
- * when reached, is said once in the log.  The launcher starts once
- * recovery has finished, so a standby relays nothing until promoted.
+ * hands out; each also needs a background worker slot.  When either runs
+ * short, the slots are shared between database owners: a free slot goes
+ * to the waiting database whose owner runs the fewest relays, and a
+ * database whose owner runs at least two fewer than another owner takes
+ * that owner's newest relay's slot.  So no owner, making copies of its
+ * database, leaves another's without a relay.  A database left waiting is
+ * named in the log (once a minute) and shown by relay_status().  Nor does
+ * a relay start in a database another session holds locked (an ALTER
+ * DATABASE ... RENAME in an open transaction), where it would wait on the
+ * lock holding its slots.  The launcher starts once recovery has
+ * finished, so a standby relays nothing until promoted.
  *
  * src/launcher.c
  */
@@ -36,6 +46,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/spin.h"
@@ -51,6 +62,7 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 
 /* A relay that lived shorter than this counts as failing at start. */
 #define RELAY_HEALTHY_MS 10000
+/* Also the least time between two starts of one database's relay. */
 #define RELAY_RESTART_MIN_MS 1000
 #define RELAY_RESTART_MAX_MS 60000
 /* How often pg_database is read for new and dropped databases. */
@@ -59,29 +71,39 @@ PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
 #define ABSENT_RECHECK_MS 300000
 /* How long a new launcher waits for the relays of the last to leave. */
 #define ORPHAN_WAIT_MS 10000
+/* A database left without a relay is named in the log this often. */
+#define WAITING_LOG_MS 60000
 
 /* A database the launcher keeps a relay in, or may. */
 typedef struct Database
 {
 	Oid oid;
+	Oid owner;
 	char name[NAMEDATALEN];
 	bool listed;                   /* seen in pg_database at the last look */
 	BackgroundWorkerHandle *relay; /* NULL: no relay started */
 	int slot;                      /* the relay's slot in outbox_shared */
 	TimestampTz started;
-	TimestampTz next_start; /* no relay before this */
-	int restart_ms;         /* the next delay after a failing relay */
-	bool absent;            /* the last relay found no extension */
+	TimestampTz next_start;    /* no relay before this */
+	int restart_ms;            /* the next delay after a failing relay */
+	bool absent;               /* the last relay found no extension */
+	bool yielding;             /* its relay was stopped for another owner's */
+	TimestampTz waiting_since; /* 0: not left without a relay */
+	OutboxWaitReason waiting_for;
+	TimestampTz said_waiting; /* when the log last named it */
 } Database;
 
 static List *databases = NIL;
-static uint32 seen_created = 0;
-/* Said once until a relay starts again: which limit stopped one. */
-static bool said_slots = false;
-static bool said_workers = false;
+/* A look everywhere asked for (too many CREATE EXTENSIONs at once). */
+static bool look_everywhere = false;
+static TimestampTz looked_everywhere = 0;
+/* The database held at the last look (utility.c), if any. */
+static Oid seen_hold = InvalidOid;
 /* Said once until a reload: outbox.database names no database. */
 static bool said_missing = false;
 
+static bool take_wakes(TimestampTz now);
+static bool hold_ended(void);
 static void launcher_attach(void);
 static void launcher_detach(int code, Datum arg);
 static void stop_orphans(void);
@@ -90,10 +112,19 @@ static bool wanted(Form_pg_database db);
 static Database *find_database(Oid oid);
 static List *list_append_in(MemoryContext context, List *list, void *item);
 static long tend(Database *db, TimestampTz now);
+static bool wants_relay(Database *db);
 static void reap(Database *db, TimestampTz now);
+static long start_waiting(TimestampTz now);
+static Database *next_ready(TimestampTz now);
+static int owner_relays(Oid owner);
+static void make_room(Database *db);
+static void wait_all(OutboxWaitReason reason, TimestampTz now);
+static void wait_for(Database *db, OutboxWaitReason reason, TimestampTz now);
+static void publish_waiting(void);
 static void forget_unlisted(void);
 static bool held(Oid dboid);
-static void start_relay(Database *db, TimestampTz now);
+static bool locked(Oid dboid);
+static bool start_relay(Database *db, TimestampTz now);
 static int take_slot(Oid dboid, uint32 *generation);
 static void free_slot(int slot);
 
@@ -138,8 +169,8 @@ outbox_launcher_main(Datum main_arg)
 	for (;;)
 	{
 		TimestampTz now = GetCurrentTimestamp();
-		uint32 created = pg_atomic_read_u32(&outbox_shared->created);
 		long wait_ms = LAUNCHER_CHECK_MS;
+		long start_wait_ms;
 		ListCell *lc;
 
 		CHECK_FOR_INTERRUPTS();
@@ -150,21 +181,27 @@ outbox_launcher_main(Datum main_arg)
 			listed_at = 0;
 			said_missing = false;
 		}
-		/* A CREATE EXTENSION committed: look everywhere again. */
-		if (created != seen_created)
-		{
-			seen_created = created;
-			foreach (lc, databases)
-				((Database *) lfirst(lc))->absent = false;
+		/*
+		 * A database new to us may have been created with the extension;
+		 * one held may be gone, and must not be started in.
+		 */
+		if (take_wakes(now) | hold_ended())
 			listed_at = 0;
-		}
 		if (TimestampDifferenceExceeds(listed_at, now, LAUNCHER_CHECK_MS))
 		{
 			list_databases();
 			listed_at = now;
 		}
+		/* Not Min(wait_ms, tend(...)): the macro would call it twice. */
 		foreach (lc, databases)
-			wait_ms = Min(wait_ms, tend((Database *) lfirst(lc), now));
+		{
+			long db_wait_ms = tend((Database *) lfirst(lc), now);
+
+			wait_ms = Min(wait_ms, db_wait_ms);
+		}
+		start_wait_ms = start_waiting(now);
+		wait_ms = Min(wait_ms, start_wait_ms);
+		publish_waiting();
 		forget_unlisted();
 
 		(void) WaitLatch(MyLatch,
@@ -172,6 +209,66 @@ outbox_launcher_main(Datum main_arg)
 						 Max(wait_ms, 1), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * take_wakes: the databases where a CREATE EXTENSION outbox committed
+ * are looked at again; every database only if too many came at once, and
+ * then not more often than LAUNCHER_CHECK_MS.  True if one of them is not
+ * known yet.
+ */
+static bool
+take_wakes(TimestampTz now)
+{
+	Oid created_in[OUTBOX_WAKE_SLOTS];
+	int n;
+	bool unknown = false;
+	ListCell *lc;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	n = outbox_shared->ncreated;
+	memcpy(created_in, outbox_shared->created_in, n * sizeof(Oid));
+	look_everywhere |= outbox_shared->created_more;
+	outbox_shared->ncreated = 0;
+	outbox_shared->created_more = false;
+	SpinLockRelease(&outbox_shared->mutex);
+
+	for (int i = 0; i < n; i++)
+	{
+		Database *db = find_database(created_in[i]);
+
+		if (db != NULL)
+			db->absent = false;
+		unknown |= db == NULL;
+	}
+	if (look_everywhere &&
+		TimestampDifferenceExceeds(looked_everywhere, now, LAUNCHER_CHECK_MS))
+	{
+		foreach (lc, databases)
+			((Database *) lfirst(lc))->absent = false;
+		look_everywhere = false;
+		looked_everywhere = now;
+		unknown = true;
+	}
+	return unknown;
+}
+
+/*
+ * hold_ended: whether the DROP DATABASE (or RENAME...) hold seen at the
+ * last look has ended since.
+ */
+static bool
+hold_ended(void)
+{
+	Oid hold;
+	bool ended;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	hold = outbox_shared->hold_database;
+	SpinLockRelease(&outbox_shared->mutex);
+	ended = OidIsValid(seen_hold) && hold != seen_hold;
+	seen_hold = hold;
+	return ended;
 }
 
 /*
@@ -271,6 +368,7 @@ list_databases(void)
 			databases = list_append_in(TopMemoryContext, databases, db);
 		}
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
+		db->owner = form->datdba;
 		db->listed = true;
 		any = true;
 	}
@@ -337,14 +435,15 @@ list_append_in(MemoryContext context, List *list, void *item)
 }
 
 /*
- * tend: keep db's relay running if it should run, stop it if not; return
- * how long the launcher may sleep as far as db is concerned.
+ * tend: stop db's relay if it should not run, free its slot once it has
+ * stopped; return how long the launcher may sleep as far as db is
+ * concerned.  Starting relays is start_waiting's, which weighs the
+ * databases against each other.
  */
 static long
 tend(Database *db, TimestampTz now)
 {
 	pid_t pid;
-	bool want;
 
 	if (db->relay != NULL)
 	{
@@ -361,15 +460,23 @@ tend(Database *db, TimestampTz now)
 	if (db->absent &&
 		TimestampDifferenceExceeds(db->next_start, now, ABSENT_RECHECK_MS))
 		db->absent = false;
-	want = db->listed && !db->absent && !held(db->oid);
-	if (want && now >= db->next_start)
+	if (!wants_relay(db))
 	{
-		start_relay(db, now);
-		return db->relay != NULL ? LAUNCHER_CHECK_MS : RELAY_RESTART_MIN_MS;
+		db->waiting_since = 0;
+		return LAUNCHER_CHECK_MS;
 	}
-	if (want)
+	if (now < db->next_start)
 		return TimestampDifferenceMilliseconds(now, db->next_start) + 1;
 	return LAUNCHER_CHECK_MS;
+}
+
+/*
+ * wants_relay: whether db should have a relay and has none.
+ */
+static bool
+wants_relay(Database *db)
+{
+	return db->relay == NULL && db->listed && !db->absent && !held(db->oid);
 }
 
 /*
@@ -377,12 +484,15 @@ tend(Database *db, TimestampTz now)
  * may start.  One that found no extension waits for a CREATE EXTENSION.
  * One that did not last, in a database still wanted, failed: the next
  * waits longer each time.  One stopped because its database is being
- * dropped or no longer wanted did not fail.
+ * dropped or no longer wanted, or to give its slot to another owner, did
+ * not fail.  Either way, not two starts in a second: statements that stop
+ * a relay (utility.c) must not make the launcher start them in a loop.
  */
 static void
 reap(Database *db, TimestampTz now)
 {
 	bool failed;
+	TimestampTz next;
 
 	SpinLockAcquire(&outbox_shared->mutex);
 	db->absent = outbox_shared->slots[db->slot].absent;
@@ -392,12 +502,14 @@ reap(Database *db, TimestampTz now)
 	db->relay = NULL;
 	db->slot = -1;
 
-	failed = !db->absent && db->listed && !held(db->oid) &&
+	failed = !db->absent && !db->yielding && db->listed && !held(db->oid) &&
 			 !TimestampDifferenceExceeds(db->started, now, RELAY_HEALTHY_MS);
+	db->yielding = false;
 	db->restart_ms = failed ? Min(db->restart_ms * 2, RELAY_RESTART_MAX_MS)
 							: RELAY_RESTART_MIN_MS;
-	db->next_start =
-		failed ? TimestampTzPlusMilliseconds(now, db->restart_ms) : now;
+	next = failed ? TimestampTzPlusMilliseconds(now, db->restart_ms) : now;
+	db->next_start = Max(
+		next, TimestampTzPlusMilliseconds(db->started, RELAY_RESTART_MIN_MS));
 	if (db->absent && outbox_database[0] != '\0')
 		ereport(
 			LOG,
@@ -405,6 +517,230 @@ reap(Database *db, TimestampTz now)
 					db->name),
 			 errhint(
 				 "Run CREATE EXTENSION outbox there, or set outbox.database to the database that has it.")));
+}
+
+/*
+ * start_waiting: start a relay in each database that wants one and may
+ * have it now, fairest first (next_ready), until the slots run out; then
+ * the rest wait, and the first of them may take a slot from an owner that
+ * has more than its share.  Returns how long the launcher may sleep.
+ */
+static long
+start_waiting(TimestampTz now)
+{
+	Database *db;
+	long wait_ms = LAUNCHER_CHECK_MS;
+
+	while ((db = next_ready(now)) != NULL)
+	{
+		if (locked(db->oid))
+		{
+			/* Looked at again in a second, by then perhaps unlocked. */
+			wait_for(db, WAIT_LOCK, now);
+			db->next_start =
+				TimestampTzPlusMilliseconds(now, RELAY_RESTART_MIN_MS);
+			wait_ms = RELAY_RESTART_MIN_MS;
+			continue;
+		}
+		if (start_relay(db, now))
+			continue;
+		make_room(db);
+		wait_all(db->waiting_for, now);
+		return RELAY_RESTART_MIN_MS;
+	}
+	return wait_ms;
+}
+
+/*
+ * wait_all: every database that wants a relay now waits, for reason.
+ * Their next start is not put off: the first slot freed goes to the
+ * fairest of them, not to whichever was put off the least.
+ */
+static void
+wait_all(OutboxWaitReason reason, TimestampTz now)
+{
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *db = (Database *) lfirst(lc);
+
+		if (wants_relay(db) && now >= db->next_start)
+			wait_for(db, reason, now);
+	}
+}
+
+/*
+ * next_ready: of the databases that want a relay now, the one whose
+ * owner runs the fewest relays; of those, the one waiting longest.
+ */
+static Database *
+next_ready(TimestampTz now)
+{
+	Database *best = NULL;
+	int best_relays = 0;
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *db = (Database *) lfirst(lc);
+		int relays;
+
+		if (!wants_relay(db) || now < db->next_start)
+			continue;
+		relays = owner_relays(db->owner);
+		if (best == NULL || relays < best_relays ||
+			(relays == best_relays && db->waiting_since != 0 &&
+			 (best->waiting_since == 0 ||
+			  db->waiting_since < best->waiting_since)))
+		{
+			best = db;
+			best_relays = relays;
+		}
+	}
+	return best;
+}
+
+/*
+ * owner_relays: how many relays run in the databases owner owns.
+ */
+static int
+owner_relays(Oid owner)
+{
+	int n = 0;
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *db = (Database *) lfirst(lc);
+
+		n += db->relay != NULL && db->owner == owner;
+	}
+	return n;
+}
+
+/*
+ * make_room: db found no slot.  If another owner runs at least two relays
+ * more than db's owner, stop that owner's newest relay: its slot goes to
+ * db (next_ready puts db first), and the owners end up at most one relay
+ * apart.  One at a time, so a slot is never taken twice.
+ */
+static void
+make_room(Database *db)
+{
+	int mine = owner_relays(db->owner);
+	Database *victim = NULL;
+	int victim_relays = 0;
+	ListCell *lc;
+
+	foreach (lc, databases)
+	{
+		Database *other = (Database *) lfirst(lc);
+		int relays;
+
+		if (other->yielding)
+			return;
+		if (other->relay == NULL || other->owner == db->owner)
+			continue;
+		relays = owner_relays(other->owner);
+		if (relays < mine + 2)
+			continue;
+		if (victim == NULL || relays > victim_relays ||
+			(relays == victim_relays && other->started > victim->started))
+		{
+			victim = other;
+			victim_relays = relays;
+		}
+	}
+	if (victim == NULL)
+		return;
+	victim->yielding = true;
+	TerminateBackgroundWorker(victim->relay);
+	ereport(
+		LOG,
+		(errmsg("outbox launcher: stopped the relay of database \"%s\" for database \"%s\"",
+				victim->name, db->name),
+		 errdetail(
+			 "The relays are short, and the owner of \"%s\" runs %d of them, the owner of \"%s\" %d: each owner gets an even share.",
+			 victim->name, victim_relays, db->name, mine)));
+}
+
+/*
+ * wait_for: db wants a relay and gets none now, for reason.  Said in the
+ * log when it starts waiting and every WAITING_LOG_MS while it does.
+ */
+static void
+wait_for(Database *db, OutboxWaitReason reason, TimestampTz now)
+{
+	if (db->waiting_since == 0)
+		db->waiting_since = now;
+	db->waiting_for = reason;
+	if (db->said_waiting != 0 &&
+		!TimestampDifferenceExceeds(db->said_waiting, now, WAITING_LOG_MS))
+		return;
+	db->said_waiting = now;
+	if (reason == WAIT_LOCK)
+		ereport(
+			LOG,
+			(errmsg("outbox launcher: database \"%s\" is waiting for lock",
+					db->name),
+			 errdetail(
+				 "Another session holds the database locked (ALTER DATABASE ... RENAME in an open transaction, for one); its relay starts once the lock is released.")));
+	else if (reason == WAIT_RELAY_SLOT)
+		ereport(
+			LOG,
+			(errmsg("outbox launcher: database \"%s\" is waiting for a relay slot",
+					db->name),
+			 errdetail(
+				 "outbox.max_relays (%d) relays run. If the database has the extension, its events wait.",
+				 outbox_max_relays),
+			 errhint(
+				 "Raise outbox.max_relays (and max_worker_processes with it), and restart the server.")));
+	else
+		ereport(
+			LOG,
+			(errmsg("outbox launcher: database \"%s\" is waiting for a relay slot",
+					db->name),
+			 errdetail(
+				 "No background worker slot is free (max_worker_processes = %d). If the database has the extension, its events wait.",
+				 max_worker_processes),
+			 errhint(
+				 "Raise max_worker_processes and restart the server: each relay takes one, besides the launcher, parallel queries and replication workers.")));
+}
+
+/*
+ * publish_waiting: the databases left without a relay, for
+ * relay_status(); those whose owner runs no relay first, so that the
+ * databases starved the most are shown when there are too many.
+ */
+static void
+publish_waiting(void)
+{
+	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
+	int n = 0;
+	ListCell *lc;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		foreach (lc, databases)
+		{
+			Database *db = (Database *) lfirst(lc);
+
+			if (db->waiting_since == 0 ||
+				(owner_relays(db->owner) == 0) != (pass == 0))
+				continue;
+			if (n == OUTBOX_MAX_WAITING)
+				break;
+			waiting[n].database = db->oid;
+			waiting[n].reason = db->waiting_for;
+			waiting[n].since = db->waiting_since;
+			n++;
+		}
+	}
+	SpinLockAcquire(&outbox_shared->mutex);
+	memcpy(outbox_shared->waiting, waiting, n * sizeof(OutboxWaiting));
+	outbox_shared->nwaiting = n;
+	SpinLockRelease(&outbox_shared->mutex);
 }
 
 /*
@@ -460,11 +796,28 @@ held(Oid dboid)
 }
 
 /*
- * start_relay: register a relay process for db in a free slot; it
- * notifies us when it starts and stops.  Either limit reached is said
- * once, until a relay starts again.
+ * locked: whether another session holds dboid locked against connections
+ * (RENAME, SET TABLESPACE): a relay would wait on that lock, in InitPostgres,
+ * holding both its slots for as long as the lock is held.
  */
-static void
+static bool
+locked(Oid dboid)
+{
+	LOCKTAG tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, dboid, 0);
+	if (LockAcquire(&tag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, RowExclusiveLock, true);
+	return false;
+}
+
+/*
+ * start_relay: register a relay process for db in a free slot; it
+ * notifies us when it starts and stops.  False if no slot is free, of
+ * ours or the server's (db->waiting_for says which).
+ */
+static bool
 start_relay(Database *db, TimestampTz now)
 {
 	BackgroundWorker worker;
@@ -472,19 +825,9 @@ start_relay(Database *db, TimestampTz now)
 	uint32 generation;
 	int slot = take_slot(db->oid, &generation);
 
-	db->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_MIN_MS);
+	db->waiting_for = WAIT_RELAY_SLOT;
 	if (slot < 0)
-	{
-		if (!said_slots)
-			ereport(
-				LOG,
-				(errmsg("outbox launcher: outbox.max_relays (%d) relays run; database \"%s\" gets none (if it has the extension)",
-						outbox_max_relays, db->name),
-				 errhint(
-					 "Raise outbox.max_relays (and max_worker_processes with it), and restart the server.")));
-		said_slots = true;
-		return;
-	}
+		return false;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags =
@@ -501,22 +844,16 @@ start_relay(Database *db, TimestampTz now)
 	snprintf(worker.bgw_type, BGW_MAXLEN, "outbox relay");
 	if (!RegisterDynamicBackgroundWorker(&worker, &db->relay))
 	{
-		if (!said_workers)
-			ereport(
-				LOG,
-				(errmsg("outbox launcher: no relay for database \"%s\": no background worker slot free (max_worker_processes = %d)",
-						db->name, max_worker_processes),
-				 errhint(
-					 "Raise max_worker_processes and restart the server: each relay takes one, besides the launcher, parallel queries and replication workers.")));
-		said_workers = true;
 		free_slot(slot);
 		db->relay = NULL;
-		return;
+		db->waiting_for = WAIT_WORKER_SLOT;
+		return false;
 	}
 	db->slot = slot;
 	db->started = now;
-	said_slots = false;
-	said_workers = false;
+	db->next_start = TimestampTzPlusMilliseconds(now, RELAY_RESTART_MIN_MS);
+	db->waiting_since = 0;
+	return true;
 }
 
 /*

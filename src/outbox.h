@@ -96,15 +96,41 @@ typedef struct OutboxRelayStart
 	uint32 generation;
 } OutboxRelayStart;
 
+/* Why a database that wants a relay has none (the launcher says). */
+typedef enum OutboxWaitReason
+{
+	WAIT_RELAY_SLOT = 0, /* outbox.max_relays relays run */
+	WAIT_WORKER_SLOT,    /* no background worker slot is free */
+	WAIT_LOCK            /* another session holds the database locked */
+} OutboxWaitReason;
+
+/* A database left without a relay, as relay_status() shows it. */
+typedef struct OutboxWaiting
+{
+	Oid database;
+	OutboxWaitReason reason;
+	TimestampTz since;
+} OutboxWaiting;
+
+/* Databases whose CREATE EXTENSION the launcher has yet to hear of. */
+#define OUTBOX_WAKE_SLOTS 8
+/* Waiting databases shown by relay_status(); the rest are counted. */
+#define OUTBOX_MAX_WAITING 128
+
 /* Shared memory: one struct for the cluster. */
 typedef struct OutboxShared
 {
-	slock_t mutex;             /* protects the slots' and holds' fields */
+	slock_t mutex;             /* protects every field but the atomics */
 	Oid hold_database;         /* DROP DATABASE under way: no relay here */
 	pid_t hold_pid;            /* the process running that DROP DATABASE */
 	pg_atomic_uint64 launcher; /* PGPROC of the launcher, 0 if none */
-	pg_atomic_uint32 created;  /* CREATE EXTENSION commits, counted */
-	int nslots;                /* outbox.max_relays */
+	/* Where CREATE EXTENSION outbox committed since the launcher looked. */
+	Oid created_in[OUTBOX_WAKE_SLOTS];
+	int ncreated;
+	bool created_more; /* more than fit: look everywhere */
+	int nwaiting;      /* databases without a relay, that want one */
+	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
+	int nslots; /* outbox.max_relays */
 	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
@@ -146,6 +172,7 @@ extern void outbox_wake_init(void);
 extern void outbox_wake_relay_at_commit(void);
 extern void outbox_wake_launcher_at_commit(void);
 extern void outbox_wake_relay(void);
+extern void outbox_nudge_launcher(void);
 extern void outbox_relay_attach(const OutboxRelayStart *start);
 extern void outbox_relay_absent(void);
 
@@ -159,6 +186,7 @@ extern void outbox_status_batch(uint64 sent, uint64 failed);
 extern void outbox_status_totals(uint64 sent, uint64 failed, uint64 retried);
 extern OutboxRelayState outbox_status_current(void);
 extern void outbox_status_broker(const char *state);
+extern const char *outbox_wait_reason(OutboxWaitReason reason);
 
 /* Keeping outbox.kafka_properties out of the log (redact.c) */
 

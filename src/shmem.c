@@ -76,7 +76,7 @@ outbox_wake_relay_at_commit(void)
 
 /*
  * outbox_wake_launcher_at_commit: wake the launcher if the current
- * transaction commits (it created the extension).
+ * transaction commits (it created the extension in this database).
  */
 void
 outbox_wake_launcher_at_commit(void)
@@ -112,16 +112,41 @@ outbox_wake_relay(void)
 
 /*
  * wake_launcher: set the launcher's latch, if it runs, and have it look
- * for databases where the extension was created.
+ * again at this database, where the extension was created.  Only this
+ * one: looking at every database costs a process each.
  */
 static void
 wake_launcher(void)
 {
 	PGPROC *launcher;
+	bool known = false;
 
 	if (outbox_shared == NULL)
 		return;
-	pg_atomic_fetch_add_u32(&outbox_shared->created, 1);
+	SpinLockAcquire(&outbox_shared->mutex);
+	for (int i = 0; i < outbox_shared->ncreated; i++)
+		known |= outbox_shared->created_in[i] == MyDatabaseId;
+	if (!known && outbox_shared->ncreated < OUTBOX_WAKE_SLOTS)
+		outbox_shared->created_in[outbox_shared->ncreated++] = MyDatabaseId;
+	else if (!known)
+		outbox_shared->created_more = true;
+	SpinLockRelease(&outbox_shared->mutex);
+	launcher = (PGPROC *) pg_atomic_read_u64(&outbox_shared->launcher);
+	if (launcher != NULL)
+		SetLatch(&launcher->procLatch);
+}
+
+/*
+ * outbox_nudge_launcher: set the launcher's latch, if it runs, so that it
+ * looks at once at what changed (a hold released).
+ */
+void
+outbox_nudge_launcher(void)
+{
+	PGPROC *launcher;
+
+	if (outbox_shared == NULL)
+		return;
 	launcher = (PGPROC *) pg_atomic_read_u64(&outbox_shared->launcher);
 	if (launcher != NULL)
 		SetLatch(&launcher->procLatch);
@@ -258,7 +283,6 @@ shmem_startup(void)
 		memset(outbox_shared, 0, shmem_size());
 		SpinLockInit(&outbox_shared->mutex);
 		pg_atomic_init_u64(&outbox_shared->launcher, 0);
-		pg_atomic_init_u32(&outbox_shared->created, 0);
 		outbox_shared->nslots = outbox_max_relays;
 		for (int i = 0; i < outbox_max_relays; i++)
 		{

@@ -43,6 +43,7 @@ static const char *const state_names[] = {
 
 static int64 unix_second(TimestampTz t);
 static void status_row(ReturnSetInfo *rsinfo, int n, bool all_errors);
+static void waiting_rows(ReturnSetInfo *rsinfo);
 static void last_minute(const OutboxRelaySlot *slot, int64 now, uint64 *sent,
 						uint64 *failed);
 static Datum nullable_time(TimestampTz t, bool *isnull);
@@ -164,8 +165,8 @@ outbox_status_totals(uint64 sent, uint64 failed, uint64 retried)
 
 /*
  * outbox_relay_status: SQL outbox.relay_status(): one row per running
- * relay, of every database (none when the extension is not preloaded or
- * no relay runs).
+ * relay, of every database, then one per database left without a relay
+ * (none when the extension is not preloaded).
  */
 Datum
 outbox_relay_status(PG_FUNCTION_ARGS)
@@ -179,7 +180,63 @@ outbox_relay_status(PG_FUNCTION_ARGS)
 	all_errors = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 	for (int i = 0; i < outbox_shared->nslots; i++)
 		status_row(rsinfo, i, all_errors);
+	waiting_rows(rsinfo);
 	PG_RETURN_VOID();
+}
+
+/*
+ * waiting_rows: a row for each database the launcher left without a
+ * relay (no pid): its state says what it waits for, last_error why, and
+ * last_error_at since when.
+ */
+static void
+waiting_rows(ReturnSetInfo *rsinfo)
+{
+	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
+	int n;
+
+	SpinLockAcquire(&outbox_shared->mutex);
+	n = Min(outbox_shared->nwaiting, OUTBOX_MAX_WAITING);
+	memcpy(waiting, outbox_shared->waiting, n * sizeof(OutboxWaiting));
+	SpinLockRelease(&outbox_shared->mutex);
+	for (int i = 0; i < n; i++)
+	{
+		Datum values[STATUS_COLUMNS] = {0};
+		bool nulls[STATUS_COLUMNS] = {0};
+		char *dbname = get_database_name(waiting[i].database);
+
+		if (dbname == NULL)
+			continue;
+		for (int c = 0; c < STATUS_COLUMNS; c++)
+			nulls[c] = true;
+		values[1] = DirectFunctionCall1(namein, CStringGetDatum(dbname));
+		values[2] =
+			CStringGetTextDatum(waiting[i].reason == WAIT_LOCK
+									? state_names[RELAY_STATE_WAITING_FOR_LOCK]
+									: "waiting for a relay slot");
+		values[6] = CStringGetTextDatum(outbox_wait_reason(waiting[i].reason));
+		values[7] = TimestampTzGetDatum(waiting[i].since);
+		nulls[1] = nulls[2] = nulls[6] = nulls[7] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
+ * outbox_wait_reason: why a database waits, in the words of the log.
+ */
+const char *
+outbox_wait_reason(OutboxWaitReason reason)
+{
+	switch (reason)
+	{
+		case WAIT_RELAY_SLOT:
+			return "every relay slot (outbox.max_relays) is taken";
+		case WAIT_WORKER_SLOT:
+			return "no background worker slot is free (max_worker_processes)";
+		case WAIT_LOCK:
+			return "another session holds the database locked";
+	}
+	return "";
 }
 
 /*

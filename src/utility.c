@@ -11,9 +11,17 @@
  * wait have passed (the caller owns the database, no transaction block),
  * so that a role without rights cannot stop a relay with a statement that
  * is refused anyway; and the hold belongs to the process running it,
- * released however that process ends.  CREATE EXTENSION outbox wakes the
- * launcher as it commits, so the new database's relay starts at once;
- * DROP EXTENSION and COMMIT PREPARED wake the relay.
+ * released however that process ends.  The same holds for a statement
+ * that would change nothing (a RENAME to a name taken, a SET TABLESPACE
+ * to the database's own): an owner looping it would make the relay start
+ * again and again.
+ *
+ * A CREATE EXTENSION that created outbox wakes the launcher as it
+ * commits, so the new database's relay starts at once; a DROP EXTENSION
+ * that dropped it wakes the relay, so it leaves.  One that changed
+ * nothing (IF NOT EXISTS, IF EXISTS), which any role may run, wakes
+ * nobody: every wake costs the launcher or the relay work.  COMMIT
+ * PREPARED wakes the relay.
  *
  * src/utility.c
  */
@@ -21,15 +29,19 @@
 
 #include <signal.h>
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
+#include "commands/extension.h"
+#include "commands/tablespace.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/ipc.h"
 #include "storage/spin.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "outbox.h"
@@ -45,8 +57,12 @@ static void outbox_utility(PlannedStmt *pstmt, const char *queryString,
 						   bool readOnlyTree, ProcessUtilityContext context,
 						   ParamListInfo params, QueryEnvironment *queryEnv,
 						   DestReceiver *dest, QueryCompletion *qc);
-static void wake_for(Node *stmt);
+static bool may_change_extension(Node *stmt);
+static bool extension_here(void);
+static void wake_if_changed(bool had);
 static Oid database_to_hold(Node *stmt, bool isTopLevel);
+static bool statement_goes_on(Node *stmt, Oid dboid);
+static bool moves_tablespace(AlterDatabaseStmt *stmt, Oid dboid);
 static const char *exclusive_database(Node *stmt, bool *in_block_ok);
 static bool relayed_database(Oid dboid);
 static pid_t relay_pid_in(Oid dboid);
@@ -91,10 +107,20 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 {
 	Node *stmt = pstmt->utilityStmt;
 	volatile Oid dboid = InvalidOid;
+	volatile bool watch = outbox_shared != NULL && may_change_extension(stmt);
+	volatile bool had = watch && extension_here();
 
 	if (outbox_shared != NULL)
 		dboid = database_to_hold(stmt, context == PROCESS_UTILITY_TOPLEVEL);
-	wake_for(stmt);
+	/*
+	 * The prepared transaction may have enqueued, its PREPARE could not
+	 * wake the relay, and the commit happens here, in a session that may
+	 * never have enqueued (a spurious wake costs the relay one round; only
+	 * the role that prepared it, or a superuser, can commit it).
+	 */
+	if (IsA(stmt, TransactionStmt) &&
+		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED)
+		outbox_wake_relay_at_commit();
 
 	if (OidIsValid(dboid))
 		hold_database(dboid);
@@ -113,26 +139,45 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 			release_database();
 	}
 	PG_END_TRY();
+	if (watch)
+		wake_if_changed(had);
 }
 
 /*
- * wake_for: COMMIT PREPARED wakes the relay: the prepared transaction may
- * have enqueued, its PREPARE could not wake it, and the commit happens
- * here, in a session that may never have enqueued (a spurious wake costs
- * the relay one round).  CREATE EXTENSION outbox wakes the launcher, so
- * the database gets a relay; DROP EXTENSION the relay, so it leaves.
+ * may_change_extension: whether stmt may create or drop outbox here.
+ */
+static bool
+may_change_extension(Node *stmt)
+{
+	if (IsA(stmt, CreateExtensionStmt))
+		return strcmp(((CreateExtensionStmt *) stmt)->extname, "outbox") == 0;
+	return IsA(stmt, DropStmt) &&
+		   ((DropStmt *) stmt)->removeType == OBJECT_EXTENSION;
+}
+
+/*
+ * extension_here: whether outbox is installed in this database, as this
+ * transaction sees it.
+ */
+static bool
+extension_here(void)
+{
+	return OidIsValid(get_extension_oid("outbox", true));
+}
+
+/*
+ * wake_if_changed: after a CREATE or DROP EXTENSION that succeeded, wake
+ * the launcher (so the database gets a relay) if outbox is there now and
+ * was not before, the relay (so it leaves) if it was and is gone.
  */
 static void
-wake_for(Node *stmt)
+wake_if_changed(bool had)
 {
-	if (IsA(stmt, TransactionStmt) &&
-		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED)
-		outbox_wake_relay_at_commit();
-	if (IsA(stmt, CreateExtensionStmt) &&
-		strcmp(((CreateExtensionStmt *) stmt)->extname, "outbox") == 0)
+	bool has = extension_here();
+
+	if (has && !had)
 		outbox_wake_launcher_at_commit();
-	if (IsA(stmt, DropStmt) &&
-		((DropStmt *) stmt)->removeType == OBJECT_EXTENSION)
+	if (had && !has)
 		outbox_wake_relay_at_commit();
 }
 
@@ -155,9 +200,65 @@ database_to_hold(Node *stmt, bool isTopLevel)
 	dboid = get_database_oid(name, true);
 	if (!OidIsValid(dboid) || dboid == MyDatabaseId)
 		return InvalidOid;
-	if (!database_ownercheck(dboid, GetUserId()))
+	if (!database_ownercheck(dboid, GetUserId()) ||
+		!statement_goes_on(stmt, dboid))
 		return InvalidOid;
 	return relayed_database(dboid) ? dboid : InvalidOid;
+}
+
+/*
+ * statement_goes_on: whether stmt, made by the owner of dboid, passes the
+ * checks it makes before it waits for other sessions to leave dboid, and
+ * has something to do.  RENAME and CREATE DATABASE need CREATEDB and a
+ * name not taken; SET TABLESPACE needs CREATE on a tablespace that is not
+ * the database's own already.
+ */
+static bool
+statement_goes_on(Node *stmt, Oid dboid)
+{
+	const char *name = NULL;
+
+	if (IsA(stmt, RenameStmt))
+		name = ((RenameStmt *) stmt)->newname;
+	else if (IsA(stmt, CreatedbStmt))
+		name = ((CreatedbStmt *) stmt)->dbname;
+	else if (IsA(stmt, AlterDatabaseStmt))
+		return moves_tablespace((AlterDatabaseStmt *) stmt, dboid);
+	if (name == NULL)
+		return true;
+	return have_createdb_privilege() &&
+		   !OidIsValid(get_database_oid(name, true));
+}
+
+/*
+ * moves_tablespace: whether ALTER DATABASE ... SET TABLESPACE would move
+ * dboid: the tablespace exists, the user may create in it, and it is not
+ * where dboid is already.
+ */
+static bool
+moves_tablespace(AlterDatabaseStmt *stmt, Oid dboid)
+{
+	ListCell *lc;
+	Oid target = InvalidOid;
+	HeapTuple tuple;
+	Oid current;
+
+	foreach (lc, stmt->options)
+	{
+		DefElem *option = (DefElem *) lfirst(lc);
+
+		if (strcmp(option->defname, "tablespace") == 0)
+			target = get_tablespace_oid(defGetString(option), true);
+	}
+	if (!OidIsValid(target) ||
+		tablespace_aclcheck(target, GetUserId(), ACL_CREATE) != ACLCHECK_OK)
+		return false;
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	current = ((Form_pg_database) GETSTRUCT(tuple))->dattablespace;
+	ReleaseSysCache(tuple);
+	return current != target;
 }
 
 /*
@@ -264,19 +365,25 @@ hold_database(Oid dboid)
 }
 
 /*
- * release_database: DROP DATABASE is over; let the launcher look again.
- * Only this process's hold: a concurrent DROP may have taken the slot.
+ * release_database: DROP DATABASE is over; let the launcher look again,
+ * now rather than at its next round.  Only this process's hold: a
+ * concurrent DROP may have taken the slot.
  */
 static void
 release_database(void)
 {
+	bool mine;
+
 	SpinLockAcquire(&outbox_shared->mutex);
-	if (outbox_shared->hold_pid == MyProcPid)
+	mine = outbox_shared->hold_pid == MyProcPid;
+	if (mine)
 	{
 		outbox_shared->hold_database = InvalidOid;
 		outbox_shared->hold_pid = 0;
 	}
 	SpinLockRelease(&outbox_shared->mutex);
+	if (mine)
+		outbox_nudge_launcher();
 }
 
 /*

@@ -44,6 +44,8 @@
 
 /* Longest a relay statement waits for a lock an application may hold. */
 #define RELAY_LOCK_TIMEOUT_MS 5000
+/* Longest a starting relay waits for the lock on its database, in ms. */
+#define CONNECT_LOCK_TIMEOUT "1000"
 
 /* Steps whose lock waits are said apart: relaying, retention, alert. */
 #define RELAY_GUARDED_STEPS 4
@@ -155,6 +157,15 @@ outbox_relay_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	keep_freed_memory();
 	BackgroundWorkerUnblockSignals();
+	/*
+	 * Connecting waits for a lock on the database, which a RENAME in an
+	 * open transaction holds as long as it likes: the launcher does not
+	 * start a relay then, but one may slip in first.  It gives up (an
+	 * error, restarted later) rather than keep its slots meanwhile.
+	 * pin_settings sets the relay's own limit once connected.
+	 */
+	SetConfigOption("lock_timeout", CONNECT_LOCK_TIMEOUT, PGC_SUSET,
+					PGC_S_OVERRIDE);
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg),
 											  InvalidOid, 0);
 	outbox_relay_attach((OutboxRelayStart *) MyBgworkerEntry->bgw_extra);

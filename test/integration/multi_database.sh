@@ -163,8 +163,9 @@ t_relay_limits() {
     sql "ALTER SYSTEM SET outbox.max_relays = 2"
     marker=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
-    wait_log "$marker" 30 'outbox.max_relays \(2\) relays run; database "[a-z_]+" gets none' \
+    wait_log "$marker" 30 'database "[a-z_]+" is waiting for a relay slot' \
         || fail "no log line for outbox.max_relays reached"
+    log_since "$marker" | grep -q 'outbox.max_relays (2) relays run' || fail "the log line does not name outbox.max_relays"
     wait_until 20 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
         || fail "not 2 relays with outbox.max_relays = 2"
     holds 3 "SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
@@ -178,7 +179,7 @@ t_relay_limits() {
     sql "ALTER SYSTEM SET outbox.max_relays = 8" && sql "ALTER SYSTEM SET max_worker_processes = 3"
     marker=$(log_mark)
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
-    wait_log "$marker" 30 'no background worker slot free \(max_worker_processes = 3\)' \
+    wait_log "$marker" 30 'No background worker slot is free \(max_worker_processes = 3\)' \
         || fail "no log line for max_worker_processes reached"
     sql "ALTER SYSTEM RESET outbox.max_relays" && sql "ALTER SYSTEM RESET max_worker_processes"
     cluster_ctl -m fast restart >/dev/null || fail "the server did not restart"
@@ -213,4 +214,156 @@ t_database_exclusive_statements() {
     timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE outbox_md_copy" || fail "dropping the copy failed"
     md_teardown
     sql "DROP TABLESPACE it_md_ts"
+}
+
+# relay_starts MARK: how many relay processes the postmaster started since
+# MARK (its DEBUG1 line; log_min_messages must be debug1 meanwhile).
+relay_starts() {
+    log_since "$1" | grep -c 'starting background worker process "outbox relay"'
+}
+
+# md_loop SECONDS ROLE DB STATEMENT...: run the statements again and again
+# for SECONDS, as ROLE in DB, one session, errors ignored; say how many
+# ran and how many relays started meanwhile (log_min_messages must be
+# debug1) in NOOP_STARTS.
+md_loop() {
+    local seconds=$1 role=$2 db=$3 marker t0 ran
+    shift 3
+    marker=$(log_mark)
+    t0=${EPOCHREALTIME/./}
+    ran=$(for i in $(seq 1 100000); do printf '%s;\n' "$@"; done \
+        | timeout "$seconds" "$PGBIN/psql" -X -q -U "$role" -d "$db" -v VERBOSITY=terse 2>&1 | wc -l)
+    t0=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    sleep 1
+    NOOP_STARTS=$(relay_starts "$marker")
+    echo "#   $role, $seconds s of: $*: $ran messages in $t0 ms, $NOOP_STARTS relay starts"
+    return 0
+}
+
+# Statements that change nothing the launcher must know wake nothing: a
+# role with CONNECT only, looping CREATE EXTENSION IF NOT EXISTS outbox
+# (which succeeds where it exists) or DROP EXTENSION IF EXISTS of an
+# extension that is not there; a database's owner without CREATEDB
+# looping statements on its database that are refused or do nothing
+# (RENAME, SET TABLESPACE to its own, CREATE DATABASE ... TEMPLATE), then
+# with CREATEDB, to names that exist.  No relay starts meanwhile, and the
+# relays keep their processes.
+t_noop_wakes() {
+    local pids starts=0
+    md_setup
+    for db in $MD_DBS; do
+        wait_until 30 "SELECT $(relays_in $db) = 1" || fail "no relay for $db"
+    done
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_nobody; CREATE ROLE it_nobody LOGIN;
+         DROP ROLE IF EXISTS it_md_owner; CREATE ROLE it_md_owner LOGIN;
+         ALTER DATABASE outbox_md_a OWNER TO it_md_owner"
+    pids=$(sql "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+    set_setting log_min_messages debug1
+    md_loop 3 it_nobody outbox_md_b "CREATE EXTENSION IF NOT EXISTS outbox"
+    starts=$((starts + NOOP_STARTS))
+    md_loop 2 it_nobody outbox_md_b "DROP EXTENSION IF EXISTS outbox_no_such"
+    starts=$((starts + NOOP_STARTS))
+    md_loop 2 it_md_owner postgres "ALTER DATABASE outbox_md_a RENAME TO outbox_md_z" \
+        "ALTER DATABASE outbox_md_a SET TABLESPACE pg_default" "CREATE DATABASE outbox_md_z TEMPLATE outbox_md_a"
+    starts=$((starts + NOOP_STARTS))
+    sql "ALTER ROLE it_md_owner CREATEDB"
+    md_loop 2 it_md_owner postgres "ALTER DATABASE outbox_md_a RENAME TO outbox_md_b" \
+        "CREATE DATABASE outbox_md_b TEMPLATE outbox_md_a"
+    starts=$((starts + NOOP_STARTS))
+    sql "ALTER SYSTEM RESET log_min_messages" && sql "SELECT pg_reload_conf()" >/dev/null
+    expect "relay starts during no-op statements" "$starts" 0
+    expect "relay processes after no-op statements" \
+        "$(sql "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")" "$pids"
+    md_deliver outbox_md_a it.md.noop after
+    sql "ALTER DATABASE outbox_md_a OWNER TO postgres; DROP ROLE it_nobody; DROP ROLE it_md_owner"
+    md_teardown
+}
+
+# os_teardown: drop the owner_slots databases and roles.
+os_teardown() {
+    local db
+    for db in $(sql "SELECT datname FROM pg_database WHERE datname LIKE 'outbox_os_%'"); do
+        timeout 60 "$PGBIN/psql" -X -q -d postgres -c "DROP DATABASE $db WITH (FORCE)" || fail "DROP DATABASE $db failed"
+    done
+    sql "DROP ROLE IF EXISTS it_tenant; DROP ROLE IF EXISTS it_other"
+    set_setting outbox.database "$IT_DB"
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "relays left after the databases were dropped"
+}
+
+# A tenant with CREATEDB copies its outbox database until the relays run
+# out (max_worker_processes: 8, so about 6 relays).  Another owner's new
+# outbox database still gets a relay within seconds and delivers; the
+# copies left without one are named in the log and shown waiting in
+# relay_status() (of any database) and in their outbox.stats.
+t_owner_slots() {
+    local marker n=0 last=-1 count started took waiting
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_tenant; CREATE ROLE it_tenant LOGIN CREATEDB;
+         DROP ROLE IF EXISTS it_other; CREATE ROLE it_other LOGIN"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_t0 OWNER it_tenant"
+    sql_in outbox_os_t0 "CREATE EXTENSION outbox"
+    set_setting outbox.database ''
+    marker=$(log_mark)
+    # Copies until the relay count stops growing, then two more.
+    while [ $n -lt 12 ]; do
+        n=$((n + 1))
+        timeout 30 "$PGBIN/psql" -X -q -U it_tenant -d postgres -c "CREATE DATABASE outbox_os_t$n TEMPLATE outbox_os_t0" \
+            || fail "copy $n failed"
+        sleep 1.5
+        count=$(sql "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+        [ "$count" = "$last" ] && [ $n -ge 8 ] && break
+        last=$count
+    done
+    echo "#   $n copies, $count relays"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_other OWNER it_other"
+    started=${EPOCHREALTIME/./}
+    sql_in outbox_os_other "CREATE EXTENSION outbox"
+    if wait_until 30 "SELECT $(relays_in outbox_os_other) = 1"; then
+        took=$(((${EPOCHREALTIME/./} - started) / 1000))
+        echo "#   relay of outbox_os_other started $took ms after CREATE EXTENSION"
+        md_deliver outbox_os_other it.os.other first
+    else
+        fail "no relay for another owner's database once a tenant's copies took the slots"
+    fi
+    wait_log "$marker" 10 'database "outbox_os_t[0-9]+" is waiting for a relay slot' \
+        || fail "the log names no copy left without a relay"
+    waiting=$(sql "SELECT string_agg(database::text, ',' ORDER BY database) FROM outbox.relay_status()
+                    WHERE state = 'waiting for a relay slot' AND pid IS NULL")
+    [ -n "$waiting" ] || fail "relay_status() shows no database waiting for a relay slot"
+    echo "#   waiting: $waiting"
+    expect "outbox.stats.relay_state of ${waiting%%,*}" \
+        "$(sql_in "${waiting%%,*}" "SELECT relay_state FROM outbox.stats")" "waiting for a relay slot"
+    expect "outbox.stats.relay_state of outbox_os_other" "$(sql_in outbox_os_other "SELECT relay_state FROM outbox.stats")" idle
+    os_teardown
+}
+
+# A database's owner (CREATEDB) renames it in a transaction left open:
+# the database stays locked, and no relay waits on that lock holding a
+# slot meanwhile; relay_status() says it waits for the lock.  Once the
+# transaction ends the relay comes back and delivers.
+t_rename_lock() {
+    local oid renamer started took
+    sql "SET client_min_messages = warning; DROP ROLE IF EXISTS it_tenant; CREATE ROLE it_tenant LOGIN CREATEDB"
+    "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE outbox_os_r OWNER it_tenant"
+    sql_in outbox_os_r "CREATE EXTENSION outbox"
+    set_setting outbox.database ''
+    wait_until 30 "SELECT $(relays_in outbox_os_r) = 1" || fail "no relay for outbox_os_r"
+    oid=$(sql "SELECT oid FROM pg_database WHERE datname = 'outbox_os_r'")
+    PGAPPNAME=it_renamer "$PGBIN/psql" -X -q -U it_tenant -d postgres -c "BEGIN" \
+        -c "ALTER DATABASE outbox_os_r RENAME TO outbox_os_r2" -c "SELECT pg_sleep(8)" -c "ROLLBACK" >/dev/null 2>&1 &
+    renamer=$!
+    wait_until 10 "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'it_renamer' AND query LIKE '%pg_sleep%'" \
+        || fail "the renaming transaction did not start"
+    holds 5 "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'object' AND classid = 'pg_database'::regclass
+               AND objid = $oid AND NOT granted" \
+        || fail "a relay waits for the lock of the database being renamed: $(sql "SELECT count(*) FROM pg_locks WHERE NOT granted")"
+    expect "relay_status() of the locked database" \
+        "$(sql "SELECT state FROM outbox.relay_status() WHERE database = 'outbox_os_r'")" "waiting for lock"
+    wait "$renamer"
+    started=${EPOCHREALTIME/./}
+    wait_until 70 "SELECT $(relays_in outbox_os_r) = 1" || fail "no relay for outbox_os_r after the rename rolled back"
+    took=$(((${EPOCHREALTIME/./} - started) / 1000))
+    echo "#   relay of outbox_os_r back $took ms after the transaction ended"
+    md_deliver outbox_os_r it.os.rename after
+    os_teardown
 }
