@@ -498,6 +498,8 @@ tend_producer(TimestampTz now)
 			TimestampDifferenceExceeds(drain_since, now, DRAIN_MS))
 			stop_producer_now();
 	}
+	else
+		drain_since = 0; /* a reload undone while the producer drained */
 	if (!outbox_kafka_running() && now >= remake_at)
 		(void) ensure_producer();
 }

@@ -431,3 +431,19 @@ t_eos_stuck_topic_isolated() {
     for s in max_attempts backoff_min backoff_max; do reset_setting outbox.$s; done
     set_delivery at_least_once
 }
+
+# A setting changed and changed back (here outbox.delivery) while a batch
+# is in flight: the producer is kept, and the relay goes on sending.
+# Before, the second reload left it waiting for a drain that had no end:
+# idle for good, with events pending.
+t_reload_undone() {
+    local topic=it.reload.undone
+    eos_ready
+    sql "SELECT count(outbox.enqueue('T', 'a-' || i, '{}', topic => '$topic', msg_key => 'k' || i % 3)) FROM generate_series(1, 30) i" >/dev/null
+    set_delivery at_least_once
+    set_delivery exactly_once
+    sql "SELECT count(outbox.enqueue('T', 'b-' || i, '{}', topic => '$topic', msg_key => 'k' || i % 3)) FROM generate_series(1, 30) i" >/dev/null
+    wait_until 30 "$(all_sent $topic 60)" \
+        || fail "the relay stopped sending after the reload was undone: $(sql "SELECT status || ' ' || count(*) FROM outbox.events WHERE topic = '$topic' GROUP BY status")"
+    set_delivery at_least_once
+}
