@@ -88,6 +88,7 @@ extern struct rd_kafka_conf_s *outbox_kafka_reader_conf(const char *brokers,
 extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
 extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
+extern KafkaSendResult outbox_kafka_refuse(OutboxMessage *msg, const char *text);
 extern void outbox_kafka_serve(void);
 extern void outbox_kafka_push(void);
 extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
