@@ -118,7 +118,8 @@ extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,
 											 size_t size);
 extern KafkaTxnResult
 outbox_kafka_progress_read(const char *brokers, const char *properties,
-						   const char *topic, const char *key, int timeout_ms,
-						   char **value, char *why, size_t size);
+						   const char *topic, const char *key,
+						   const char *const *marks, int timeout_ms,
+						   char **value, int *others, char *why, size_t size);
 
 #endif /* OUTBOX_KAFKA_H */

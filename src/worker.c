@@ -120,6 +120,8 @@ static void pin_settings(void);
 static void apply_reload(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
+static bool know_sender(void);
+static void load_sender_step(void *arg);
 static void tend_producer(TimestampTz now);
 static void halt_producer(const char *why);
 static void stop_producer_now(void);
@@ -428,6 +430,8 @@ ensure_producer(void)
 			LOG,
 			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
 			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
+	if (outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE && !know_sender())
+		return false;
 	transactional_id = outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE
 						   ? relay_eos_transactional_id()
 						   : NULL;
@@ -457,6 +461,33 @@ ensure_producer(void)
 	used_delivery = outbox_delivery;
 	relay_eos_restart(transactional_id != NULL);
 	return true;
+}
+
+/*
+ * know_sender: read the relay's sender (sender.c) before a transactional
+ * producer is made with it; false if it could not be read now.
+ */
+static bool
+know_sender(void)
+{
+	volatile bool loaded = false;
+
+	if (!relay_guarded(load_sender_step, (void *) &loaded,
+					   "reading the relay's Kafka identity"))
+		return false;
+	return loaded;
+}
+
+/*
+ * load_sender_step: know_sender's step; *arg is set if it was read.
+ */
+static void
+load_sender_step(void *arg)
+{
+	if (!relay_begin("reading the relay's Kafka identity"))
+		return;
+	*(volatile bool *) arg = relay_sender_load();
+	relay_commit();
 }
 
 /*

@@ -34,12 +34,20 @@ expect_exactly_once() {
         "$(sql "SELECT count(*) FROM (SELECT event_id < lag(event_id) OVER (PARTITION BY key ORDER BY part, off) AS back FROM $table) x WHERE back")" 0
 }
 
+# progress_key: this database's relay's transactional.id, the key of its
+# progress records: the system identifier, the database's OID and the
+# relay's sender (src/sender.c).
+progress_key() {
+    sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
+                || '-' || (SELECT sender FROM outbox.relay_cursor)
+           FROM pg_control_system()"
+}
+
 # progress_of: the latest committed progress record of this database's
 # relay.
 progress_of() {
     local id
-    id=$(sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
-              FROM pg_control_system()")
+    id=$(progress_key)
     "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
         | awk -v id="$id" -F'\t' '$4 == id { v = $6 } END { print v }'
 }
