@@ -97,6 +97,12 @@ CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
 -- so nothing unsent counts as sent; the few relayed events past it are
 -- sent again (duplicates, never a loss).
 ALTER TABLE outbox.relay_cursor ADD COLUMN window_last_tx pg_catalog.xid8 NOT NULL DEFAULT '0';
+-- exactly_once's identity (src/sender.c): chosen by the relay's first start.
+ALTER TABLE outbox.relay_cursor ADD COLUMN sender bigint NOT NULL DEFAULT 0,
+                                ADD COLUMN sender_place text,
+                                ADD COLUMN sender_timeline integer,
+                                ADD COLUMN proof text,
+                                ADD COLUMN proof_seen text;
 WITH c AS (
     SELECT * FROM outbox.relay_cursor WHERE window_snapshot IS NOT NULL
 ), w AS (

@@ -146,7 +146,12 @@ COMMENT ON TABLE outbox.event_state IS
 -- done_snapshot has been relayed; the open window covers the events visible
 -- in window_snapshot but not in done_snapshot, and of those it has relayed
 -- the ones up to (window_last_tx, window_last_id) (it sends a window in
--- (tx, id) order).
+-- (tx, id) order).  In exactly_once, sender is part of the relay's
+-- transactional.id, chosen by the relay running at sender_place on WAL
+-- timeline sender_timeline (a copy of the cluster elsewhere takes another,
+-- a promoted standby keeps it), and proof is the token its progress
+-- records carry: only a record with it, or with proof_seen (that of its
+-- latest record found at a start), is taken (src/sender.c).
 CREATE TABLE outbox.relay_cursor (
     singleton       boolean     NOT NULL DEFAULT true,
     done_snapshot   pg_snapshot NOT NULL,
@@ -154,6 +159,11 @@ CREATE TABLE outbox.relay_cursor (
     window_last_id  bigint      NOT NULL DEFAULT 0,
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
     window_last_tx  xid8        NOT NULL DEFAULT '0',
+    sender          bigint      NOT NULL DEFAULT 0,
+    sender_place    text,
+    sender_timeline integer,
+    proof           text,
+    proof_seen      text,
     CONSTRAINT relay_cursor_pkey PRIMARY KEY (singleton),
     CONSTRAINT relay_cursor_singleton CHECK (singleton)
 );

@@ -11,7 +11,7 @@
  * sends reach ("to"), the retries it delivered ("sent") and the events it
  * held back behind an earlier one of their key ("held"), as one line:
  *
- *	 outbox progress 1; database OID; from PLACE; to PLACE; sent ID ...; held ID ...
+ *	 outbox progress 1; database OID; proof TOKEN; from PLACE; to PLACE; sent ID ...; held ID ...
  *
  * (PLACE as relay_pos_text writes it).  Then the relay commits;
  * only after the commit is the progress recorded in PostgreSQL, as in
@@ -38,9 +38,16 @@
  * the other topics in turn.  A failure for the broker's sake aborts too,
  * and the relay backs off.
  *
- * A producer fenced by another with the same transactional.id (the relay
- * of a promoted standby) stops, and the relay sends nothing more until a
- * reload: starting again would fence the newer relay in turn.
+ * A record is taken only if it carries the proof of this very relay and
+ * names this database (sender.c): a record a copy of the cluster wrote,
+ * one forged by a tenant of another database, or a damaged one moves
+ * nothing and marks nothing sent; it is said once, and what follows the
+ * cursor may go again, never a loss.
+ *
+ * A producer fenced by another with the same transactional.id (a copy
+ * whose place looks the same, see sender.c) stops, and the relay sends
+ * nothing more until a reload: starting again would fence the newer relay
+ * in turn.
  *
  * src/exactly_once.c
  */
@@ -89,6 +96,8 @@ typedef enum EosState
 /* A progress record, taken apart. */
 typedef struct Progress
 {
+	Oid database;
+	char *proof;
 	char *from;
 	char *to;
 	int64 *sent;
@@ -108,6 +117,8 @@ static bool said_slow = false;          /* ... and said so */
 static bool progress_read = false;
 static TimestampTz init_since = 0;
 static bool said_waiting = false;
+static bool said_foreign = false; /* records not this relay's were found */
+static int foreign_found = 0;     /* ... how many, at the latest read */
 static bool abort_unreachable = false; /* the abort was for the broker's sake */
 static bool progress_queued = false;
 static OutboxMessage progress_msg;
@@ -115,7 +126,12 @@ static char halted_reason[OUTBOX_ERROR_LEN];
 
 static bool prepare(TimestampTz now);
 static bool catch_up(void);
+static void move_cursor(const Progress *p);
+static const char *const *proof_marks(void);
+static void say_foreign(void);
+static char *progress_key_shown(void);
 static bool parse_progress(char *text, Progress *out);
+static bool take_field(const char *name, char *value, Progress *out);
 static int64 *parse_ids(char *text, int *n);
 static bool finish(TimestampTz now);
 static int in_flight(RelayBatch **out);
@@ -138,16 +154,16 @@ static void wait_said(TimestampTz now, const char *why);
 
 /*
  * relay_eos_transactional_id: the transactional.id of this database's
- * relay in exactly_once: "outbox-", the cluster's
- * system identifier and the database's OID.  A promoted standby has both,
- * so its relay fences the old primary's; a restored copy of the database
- * elsewhere has neither, and does not.
+ * relay in exactly_once, also the key of its progress records: "outbox-",
+ * the cluster's system identifier, the database's OID and the relay's
+ * sender number (sender.c), which a copy of the cluster running elsewhere
+ * does not share.
  */
 char *
 relay_eos_transactional_id(void)
 {
-	return psprintf("outbox-" UINT64_FORMAT "-%u", GetSystemIdentifier(),
-					MyDatabaseId);
+	return psprintf("outbox-" UINT64_FORMAT "-%u-" INT64_FORMAT,
+					GetSystemIdentifier(), MyDatabaseId, relay_sender());
 }
 
 /*
@@ -163,6 +179,8 @@ relay_eos_restart(bool transactional)
 	progress_queued = false;
 	init_since = 0;
 	said_waiting = false;
+	said_foreign = false;
+	foreign_found = 0;
 	ending_since = 0;
 	said_slow = false;
 	halted_reason[0] = '\0';
@@ -326,8 +344,9 @@ prepare(TimestampTz now)
 			pfree(progress_found);
 		progress_found = NULL;
 		result = outbox_kafka_progress_read(
-			outbox_kafka_brokers, outbox_kafka_properties, outbox_progress_topic,
-			id, PROGRESS_READ_MS, &found, why, sizeof(why));
+			outbox_kafka_brokers, outbox_kafka_properties,
+			outbox_progress_topic, id, proof_marks(), PROGRESS_READ_MS, &found,
+			&foreign_found, why, sizeof(why));
 		pfree(id);
 		if (found != NULL)
 		{
@@ -349,6 +368,7 @@ prepare(TimestampTz now)
 	}
 	if (!catch_up())
 		return false;
+	say_foreign();
 	if (said_waiting)
 		ereport(LOG, (errmsg("outbox relay: Kafka transactions are ready")));
 	state = EOS_IDLE;
@@ -359,48 +379,31 @@ prepare(TimestampTz now)
 
 /*
  * catch_up: record what the latest committed transaction did, if
- * outbox.relay_cursor does not have it yet (see the top of this file).
+ * outbox.relay_cursor does not have it yet (see the top of this file);
+ * then store the proof this producer's records carry.
  */
 static bool
 catch_up(void)
 {
 	Progress p = {0};
 	char *text = progress_found ? pstrdup(progress_found) : NULL;
-	char *place;
+	char token[64];
 
 	if (!relay_begin("catching up with the progress Kafka committed"))
 		return false;
-	place = relay_first_sends_place();
 	if (text != NULL && !parse_progress(text, &p))
-		ereport(
-			WARNING,
-			(errmsg("outbox relay: the latest record of progress topic \"%s\" cannot be read; outbox.relay_cursor is kept",
-					outbox_progress_topic),
-			 errdetail(
-				 "Events relayed since the cursor was last recorded may be sent again.")));
-	if (p.from != NULL && strcmp(place, p.to) != 0)
 	{
-		if (strcmp(place, p.from) == 0 && relay_first_sends_move(p.to))
-		{
-			for (int i = 0; i < p.nheld; i++)
-				relay_set_state(p.held[i], "new", 0, 0, NULL);
-			ereport(
-				LOG,
-				(errmsg(
-					"outbox relay: the latest Kafka transaction was committed but not recorded; outbox.relay_cursor moved to its end")));
-		}
-		else
-			ereport(
-				WARNING,
-				(errmsg("outbox relay: outbox.relay_cursor is not where the latest committed Kafka transaction began or ended; it is kept"),
-				 errdetail("Cursor: %s; the transaction: from %s to %s.",
-						   place, p.from, p.to),
-				 errhint(
-					 "After a restore or a failover that lost commits, events after the cursor may be sent again.")));
+		/* Nothing of a record that is not this relay's is trusted. */
+		memset(&p, 0, sizeof(p));
+		foreign_found++;
 	}
+	if (p.from != NULL)
+		move_cursor(&p);
 	if (p.nsent > 0)
 		relay_mark_sent(p.sent, p.nsent);
+	relay_sender_new_proof(token, p.proof);
 	relay_commit();
+	relay_sender_proof_committed(token, p.proof);
 	relay_first_sends_restart();
 	if (progress_found != NULL)
 		pfree(progress_found);
@@ -409,8 +412,104 @@ catch_up(void)
 }
 
 /*
- * parse_progress: a progress record taken apart (text is cut up); false
- * if it is not one.
+ * move_cursor: the latest committed transaction's record p is this
+ * relay's: bring outbox.relay_cursor to its end if it is still at its
+ * start.  Inside relay_begin.
+ */
+static void
+move_cursor(const Progress *p)
+{
+	char *place = relay_first_sends_place();
+
+	if (strcmp(place, p->to) == 0)
+		return;
+	if (strcmp(place, p->from) == 0 && relay_first_sends_move(p->to))
+	{
+		for (int i = 0; i < p->nheld; i++)
+			relay_set_state(p->held[i], "new", 0, 0, NULL);
+		ereport(
+			LOG,
+			(errmsg(
+				"outbox relay: the latest Kafka transaction was committed but not recorded; outbox.relay_cursor moved to its end")));
+		return;
+	}
+	ereport(
+		WARNING,
+		(errmsg("outbox relay: outbox.relay_cursor is not where the latest committed Kafka transaction began or ended; it is kept"),
+		 errdetail("Cursor: %s; the transaction: from %s to %s.", place,
+				   p->from, p->to),
+		 errhint(
+			 "After a restore or a failover that lost commits, events after the cursor may be sent again.")));
+}
+
+/*
+ * proof_marks: the texts a record of this relay carries ("; proof TOKEN",
+ * for the current token and the one of its latest record found), as a
+ * NULL-terminated list.
+ */
+static const char *const *
+proof_marks(void)
+{
+	const char **marks = palloc0(sizeof(char *) * 3);
+	const char *tokens[2] = {relay_sender_proof(), relay_sender_proof_seen()};
+	int n = 0;
+
+	for (int i = 0; i < 2; i++)
+	{
+		if (tokens[i][0] != '\0')
+			marks[n++] = psprintf("; proof %s", tokens[i]);
+	}
+	return marks;
+}
+
+/*
+ * say_foreign: records under this relay's key that it did not write (a
+ * copy of the cluster sending as this database, a forged or damaged
+ * record) are ignored; say so once per producer, in the log and in
+ * relay_status().
+ */
+static void
+say_foreign(void)
+{
+	char text[OUTBOX_ERROR_LEN];
+
+	if (foreign_found == 0 || said_foreign)
+		return;
+	said_foreign = true;
+	snprintf(
+		text, sizeof(text),
+		foreign_found == 1
+			? "ignored %d record of progress topic \"%s\" that this relay did not write"
+			: "ignored %d records of progress topic \"%s\" that this relay did not write",
+		foreign_found, outbox_progress_topic);
+	outbox_status_error(text);
+	ereport(
+		WARNING,
+		(errmsg_plural(
+			 "outbox relay: ignored %d record of progress topic \"%s\" that this relay did not write",
+			 "outbox relay: ignored %d records of progress topic \"%s\" that this relay did not write",
+			 foreign_found, foreign_found, outbox_progress_topic),
+		 errdetail(
+			 "They are under this relay's key (%s) but do not carry its proof: another server sending as this database's relay, a record written to the topic by hand, or a damaged one. None moves the cursor or marks an event sent; events after the cursor may be sent again.",
+			 progress_key_shown()),
+		 errhint(
+			 "Make sure no other server runs a copy of this cluster against the same Kafka cluster with the same host name, port and data directory, and that only the relay's principal may write to the progress topic.")));
+}
+
+/*
+ * progress_key_shown: this relay's progress key, for a message.
+ */
+static char *
+progress_key_shown(void)
+{
+	return relay_eos_transactional_id();
+}
+
+/*
+ * parse_progress: a progress record of this relay taken apart (text is
+ * cut up); false if it is not one: another format, another database,
+ * another proof, a field twice, or from without to.  Nothing in the text
+ * is trusted before this says yes.
  */
 static bool
 parse_progress(char *text, Progress *out)
@@ -424,32 +523,63 @@ parse_progress(char *text, Progress *out)
 		char *value;
 
 		line += strspn(line, " ");
-		value = strchr(line, ' ');
-
-		if (first && strcmp(line, PROGRESS_FORMAT) != 0)
-			return false;
-		if (first || value == NULL)
+		if (first)
 		{
+			if (strcmp(line, PROGRESS_FORMAT) != 0)
+				return false;
 			first = false;
 			continue;
 		}
+		value = strchr(line, ' ');
+		if (value == NULL)
+			return false;
 		*value++ = '\0';
-		if (strcmp(line, "from") == 0)
-			out->from = value;
-		else if (strcmp(line, "to") == 0)
-			out->to = value;
-		else if (strcmp(line, "sent") == 0)
-			out->sent = parse_ids(value, &out->nsent);
-		else if (strcmp(line, "held") == 0)
-			out->held = parse_ids(value, &out->nheld);
+		if (!take_field(line, value, out))
+			return false;
 	}
-	return !first && (out->from == NULL) == (out->to == NULL) &&
-		   out->nsent >= 0 && out->nheld >= 0;
+	return !first && out->database == MyDatabaseId && out->proof != NULL &&
+		   out->proof[0] != '\0' &&
+		   (strcmp(out->proof, relay_sender_proof()) == 0 ||
+			strcmp(out->proof, relay_sender_proof_seen()) == 0) &&
+		   (out->from == NULL) == (out->to == NULL);
 }
 
 /*
- * parse_ids: event ids separated by spaces; *n is -1 if one is not a
- * number.
+ * take_field: one "name value" field of a progress record into out;
+ * false if it is unknown, repeated or malformed.
+ */
+static bool
+take_field(const char *name, char *value, Progress *out)
+{
+	if (strcmp(name, "database") == 0 && out->database == InvalidOid)
+	{
+		char *end;
+		unsigned long oid;
+
+		errno = 0;
+		oid = strtoul(value, &end, 10);
+		if (errno != 0 || *end != '\0' || end == value || oid == 0 ||
+			oid > PG_UINT32_MAX)
+			return false;
+		out->database = (Oid) oid;
+		return true;
+	}
+	if (strcmp(name, "proof") == 0 && out->proof == NULL)
+		return (out->proof = value) != NULL;
+	if (strcmp(name, "from") == 0 && out->from == NULL)
+		return (out->from = value) != NULL;
+	if (strcmp(name, "to") == 0 && out->to == NULL)
+		return (out->to = value) != NULL;
+	if (strcmp(name, "sent") == 0 && out->sent == NULL)
+		return (out->sent = parse_ids(value, &out->nsent)) != NULL;
+	if (strcmp(name, "held") == 0 && out->held == NULL)
+		return (out->held = parse_ids(value, &out->nheld)) != NULL;
+	return false;
+}
+
+/*
+ * parse_ids: event ids separated by spaces; NULL if one is not a
+ * positive number.
  */
 static int64 *
 parse_ids(char *text, int *n)
@@ -466,10 +596,11 @@ parse_ids(char *text, int *n)
 			continue;
 		errno = 0;
 		ids[*n] = strtoi64(word, &end, 10);
-		if (errno != 0 || *end != '\0')
+		if (errno != 0 || *end != '\0' || ids[*n] <= 0)
 		{
-			*n = -1;
-			return ids;
+			pfree(ids);
+			*n = 0;
+			return NULL;
 		}
 		(*n)++;
 	}
@@ -804,7 +935,8 @@ progress_text(void)
 	char *from = relay_first_sends_recorded();
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, PROGRESS_FORMAT "; database %u", MyDatabaseId);
+	appendStringInfo(&buf, PROGRESS_FORMAT "; database %u; proof %s",
+					 MyDatabaseId, relay_sender_proof());
 	for (int k = 0; k < n; k++)
 	{
 		if (!batches[k]->retry)

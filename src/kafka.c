@@ -430,6 +430,21 @@ refused_at_once(OutboxMessage *msg, rd_kafka_resp_err_t err)
 }
 
 /*
+ * outbox_kafka_refuse: answer for msg without sending it, refused for its
+ * own sake (never the broker's): text, a static string, says why.
+ */
+KafkaSendResult
+outbox_kafka_refuse(OutboxMessage *msg, const char *text)
+{
+	msg->done = true;
+	msg->error = RD_KAFKA_RESP_ERR__INVALID_ARG;
+	msg->transient = false;
+	msg->error_text = text;
+	failures++;
+	return KAFKA_REFUSED;
+}
+
+/*
  * outbox_kafka_push: send what was queued now, without waiting out
  * linger.ms: a batch is whole once the relay has queued it, and lingering
  * would only delay it.  Serves reports already in, never waits.

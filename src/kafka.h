@@ -90,6 +90,7 @@ extern void outbox_kafka_stop(void);
 extern bool outbox_kafka_running(void);
 extern int outbox_kafka_max_message_bytes(void);
 extern KafkaSendResult outbox_kafka_send(OutboxMessage *msg);
+extern KafkaSendResult outbox_kafka_refuse(OutboxMessage *msg, const char *text);
 extern void outbox_kafka_serve(void);
 extern void outbox_kafka_push(void);
 extern void outbox_kafka_in_flight(int *messages, size_t *bytes);
@@ -125,7 +126,8 @@ extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,
 											 size_t size);
 extern KafkaTxnResult
 outbox_kafka_progress_read(const char *brokers, const char *properties,
-						   const char *topic, const char *key, int timeout_ms,
-						   char **value, char *why, size_t size);
+						   const char *topic, const char *key,
+						   const char *const *marks, int timeout_ms,
+						   char **value, int *others, char *why, size_t size);
 
 #endif /* OUTBOX_KAFKA_H */

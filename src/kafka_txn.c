@@ -36,15 +36,19 @@ static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
 static KafkaTxnResult outcome(rd_kafka_error_t *error, char *why, size_t size);
 static KafkaTxnResult progress_read(const char *brokers,
 									const char *properties, const char *topic,
-									const char *key, int timeout_ms,
-									char **value, char *why, size_t size);
+									const char *key, const char *const *marks,
+									int timeout_ms, char **value, int *others,
+									char *why, size_t size);
 static KafkaTxnResult ensure_topic(const char *topic, int timeout_ms,
 								   char *why, size_t size);
 static KafkaTxnResult create_topic(const char *topic, int timeout_ms,
 								   char *why, size_t size);
 static KafkaTxnResult read_last(rd_kafka_t *consumer, const char *topic,
-								const char *key, TimestampTz deadline,
-								char **value, char *why, size_t size);
+								const char *key, const char *const *marks,
+								TimestampTz deadline, char **value,
+								int *others, char *why, size_t size);
+static void keep_if_marked(const rd_kafka_message_t *msg,
+						   const char *const *marks, char **value, int *others);
 static int remaining_ms(TimestampTz deadline);
 
 /*
@@ -142,16 +146,20 @@ end_txn(bool commit, int timeout_ms, char *why, size_t size)
 
 /*
  * outbox_kafka_progress_read: the value of the latest committed record of
- * key on the progress topic (*value NULL if none), creating the topic if
- * it is missing.  Uses a consumer of its own, made and destroyed here.
+ * key on the progress topic that contains one of marks (a NULL-terminated
+ * list; *value NULL if none), creating the topic if it is missing; *others
+ * counts the records of key after it that do not.  Uses a consumer of its
+ * own, made and destroyed here.
  */
 KafkaTxnResult
 outbox_kafka_progress_read(const char *brokers, const char *properties,
-						   const char *topic, const char *key, int timeout_ms,
-						   char **value, char *why, size_t size)
+						   const char *topic, const char *key,
+						   const char *const *marks, int timeout_ms,
+						   char **value, int *others, char *why, size_t size)
 {
-	KafkaTxnResult result = progress_read(brokers, properties, topic, key,
-										  timeout_ms, value, why, size);
+	KafkaTxnResult result =
+		progress_read(brokers, properties, topic, key, marks, timeout_ms,
+					  value, others, why, size);
 
 	/* librdkafka's words, from any step, as outbox_scrub leaves them. */
 	if (result != KAFKA_TXN_DONE)
@@ -164,8 +172,8 @@ outbox_kafka_progress_read(const char *brokers, const char *properties,
  */
 static KafkaTxnResult
 progress_read(const char *brokers, const char *properties, const char *topic,
-			  const char *key, int timeout_ms, char **value, char *why,
-			  size_t size)
+			  const char *key, const char *const *marks, int timeout_ms,
+			  char **value, int *others, char *why, size_t size)
 {
 	TimestampTz deadline =
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
@@ -174,6 +182,7 @@ progress_read(const char *brokers, const char *properties, const char *topic,
 	KafkaTxnResult result;
 
 	*value = NULL;
+	*others = 0;
 	result = ensure_topic(topic, timeout_ms, why, size);
 	if (result != KAFKA_TXN_DONE)
 		return result;
@@ -201,7 +210,8 @@ progress_read(const char *brokers, const char *properties, const char *topic,
 	}
 	rd_kafka_set_log_queue(consumer, NULL);
 	rd_kafka_poll_set_consumer(consumer);
-	result = read_last(consumer, topic, key, deadline, value, why, size);
+	result = read_last(consumer, topic, key, marks, deadline, value, others,
+					   why, size);
 	rd_kafka_consumer_close(consumer);
 	rd_kafka_destroy(consumer);
 	return result;
@@ -209,11 +219,13 @@ progress_read(const char *brokers, const char *properties, const char *topic,
 
 /*
  * read_last: read partition 0 of topic from its start up to its high
- * watermark, keeping the last value of key.
+ * watermark, keeping the last value of key that contains one of marks, and
+ * counting in *others the records of key after it that do not.
  */
 static KafkaTxnResult
 read_last(rd_kafka_t *consumer, const char *topic, const char *key,
-		  TimestampTz deadline, char **value, char *why, size_t size)
+		  const char *const *marks, TimestampTz deadline, char **value,
+		  int *others, char *why, size_t size)
 {
 	rd_kafka_topic_partition_list_t *parts;
 	rd_kafka_resp_err_t err;
@@ -243,11 +255,7 @@ read_last(rd_kafka_t *consumer, const char *topic, const char *key,
 
 		if (msg != NULL && msg->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
 			msg->key_len == key_len && memcmp(msg->key, key, key_len) == 0)
-		{
-			if (*value != NULL)
-				pfree(*value);
-			*value = pnstrdup((const char *) msg->payload, msg->len);
-		}
+			keep_if_marked(msg, marks, value, others);
 		if (msg != NULL)
 			rd_kafka_message_destroy(msg);
 		err = rd_kafka_position(consumer, parts);
@@ -264,6 +272,34 @@ read_last(rd_kafka_t *consumer, const char *topic, const char *key,
 				 err ? rd_kafka_err2str(err) : "");
 	rd_kafka_topic_partition_list_destroy(parts);
 	return result;
+}
+
+/*
+ * keep_if_marked: msg, a record of the relay's key, becomes *value if it
+ * contains one of marks (it may hold any bytes, NUL included: only its text
+ * up to the first NUL is kept); otherwise it is counted in *others.
+ */
+static void
+keep_if_marked(const rd_kafka_message_t *msg, const char *const *marks,
+			   char **value, int *others)
+{
+	bool marked = false;
+
+	char *text = msg->payload ? pnstrdup((const char *) msg->payload, msg->len)
+							  : pstrdup("");
+
+	for (int i = 0; marks[i] != NULL && !marked; i++)
+		marked = strstr(text, marks[i]) != NULL;
+	if (!marked)
+	{
+		(*others)++;
+		pfree(text);
+		return;
+	}
+	if (*value != NULL)
+		pfree(*value);
+	*value = text;
+	*others = 0;
 }
 
 /*

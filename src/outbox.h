@@ -206,6 +206,7 @@ extern bool outbox_relay_held(void);
 
 extern const char *outbox_topic_problem(const char *topic, size_t len);
 extern void outbox_check_topic(const char *topic, size_t len, bool from_default);
+extern bool outbox_is_progress_topic(const char *topic, size_t len);
 extern char *outbox_topic_from_pattern(const char *pattern, const char *biz_type,
 									   int type_len, size_t *len);
 extern int outbox_check_key(const char *name, text *value);

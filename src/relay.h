@@ -15,6 +15,8 @@
  *	 flight.c		the batches Kafka has not answered for, and their bounds
  *	 batch.c		a batch: its rows as messages, the settings it was read with
  *	 event_state.c	rows of outbox.event_state: failures, backoff, death
+ *	 sender.c		who the relay is to Kafka in exactly_once: its sender
+ *					number and the proof its progress records carry
  *	 step.c			the transaction bracket around every step
  *	 db_settings.c	what ALTER DATABASE ... SET gave the relay
  *	 kafka.c		librdkafka, and nothing above it
@@ -258,6 +260,14 @@ extern const char *relay_eos_halted(void);
 extern const char *relay_eos_broken(void);
 extern bool relay_eos_waiting(void);
 extern char *relay_eos_transactional_id(void);
+
+/* sender.c */
+extern bool relay_sender_load(void);
+extern int64 relay_sender(void);
+extern const char *relay_sender_proof(void);
+extern const char *relay_sender_proof_seen(void);
+extern const char *relay_sender_new_proof(char *out, const char *seen);
+extern void relay_sender_proof_committed(const char *token, const char *seen);
 
 /* housekeeping.c */
 extern bool relay_paused(void);

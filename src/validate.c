@@ -62,6 +62,7 @@ static int check_length(const char *name, text *value, int max_len);
 static void check_header_value(JsonbValue *value);
 static void check_header_name(const char *name, int len);
 static bool topic_char(char c);
+static void check_not_progress(const char *topic, size_t len);
 static const char *parse_name_pattern(const char *entry, size_t len,
 									  bool topics, OutboxNamePattern *item);
 
@@ -114,7 +115,10 @@ outbox_check_topic(const char *topic, size_t len, bool from_default)
 	int shown;
 
 	if (problem == NULL)
+	{
+		check_not_progress(topic, len);
 		return;
+	}
 	/* A name far too long is shown in part: it may be megabytes. */
 	shown = pg_mbcliplen(topic, len, TOPIC_SHOWN_MAX_LEN);
 	ereport(
@@ -126,6 +130,36 @@ outbox_check_topic(const char *topic, size_t len, bool from_default)
 		 from_default
 			 ? errhint("The topic came from outbox.default_topic; pass topic explicitly.")
 			 : 0));
+}
+
+/*
+ * check_not_progress: reject the relay's progress topic: only the relay
+ * writes there, and a record an application put there under another
+ * relay's key would be read back as that relay's progress (the relay
+ * takes none without its proof, but no application needs the topic).
+ */
+static void
+check_not_progress(const char *topic, size_t len)
+{
+	if (!outbox_is_progress_topic(topic, len))
+		return;
+	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("topic \"%s\" is the relay's progress topic",
+						   outbox_progress_topic),
+					errdetail("Only the relay writes to outbox.progress_topic."),
+					errhint("Send the event to another topic.")));
+}
+
+/*
+ * outbox_is_progress_topic: whether the len bytes at topic name the
+ * relay's progress topic (outbox.progress_topic).
+ */
+bool
+outbox_is_progress_topic(const char *topic, size_t len)
+{
+	return outbox_progress_topic != NULL &&
+		   strlen(outbox_progress_topic) == len &&
+		   memcmp(topic, outbox_progress_topic, len) == 0;
 }
 
 /*

@@ -125,6 +125,8 @@ static bool settings_changed(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
 static void check_sizes(void);
+static bool know_sender(void);
+static void load_sender_step(void *arg);
 static void tend_producer(TimestampTz now);
 static void halt_producer(const char *why);
 static void stop_producer_now(void);
@@ -475,6 +477,8 @@ ensure_producer(void)
 			LOG,
 			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
 			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
+	if (outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE && !know_sender())
+		return false;
 	transactional_id = outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE
 						   ? relay_eos_transactional_id()
 						   : NULL;
@@ -544,6 +548,33 @@ check_sizes(void)
 }
 
 /*
+ * know_sender: read the relay's sender (sender.c) before a transactional
+ * producer is made with it; false if it could not be read now.
+ */
+static bool
+know_sender(void)
+{
+	volatile bool loaded = false;
+
+	if (!relay_guarded(load_sender_step, (void *) &loaded,
+					   "reading the relay's Kafka identity"))
+		return false;
+	return loaded;
+}
+
+/*
+ * load_sender_step: know_sender's step; *arg is set if it was read.
+ */
+static void
+load_sender_step(void *arg)
+{
+	if (!relay_begin("reading the relay's Kafka identity"))
+		return;
+	*(volatile bool *) arg = relay_sender_load();
+	relay_commit();
+}
+
+/*
  * tend_producer: remake the producer when its settings changed (after its
  * batches in flight are answered, or DRAIN_MS at most) or it failed
  * fatally; make one if there is none.  Only here does a producer end, so
@@ -582,6 +613,8 @@ tend_producer(TimestampTz now)
 			TimestampDifferenceExceeds(drain_since, now, DRAIN_MS))
 			stop_producer_now();
 	}
+	else
+		drain_since = 0; /* a reload undone while the producer drained */
 	if (!outbox_kafka_running() && now >= remake_at)
 		(void) ensure_producer();
 }

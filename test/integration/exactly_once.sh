@@ -34,12 +34,20 @@ expect_exactly_once() {
         "$(sql "SELECT count(*) FROM (SELECT event_id < lag(event_id) OVER (PARTITION BY key ORDER BY part, off) AS back FROM $table) x WHERE back")" 0
 }
 
+# progress_key: this database's relay's transactional.id, the key of its
+# progress records: the system identifier, the database's OID and the
+# relay's sender (src/sender.c).
+progress_key() {
+    sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
+                || '-' || (SELECT sender FROM outbox.relay_cursor)
+           FROM pg_control_system()"
+}
+
 # progress_of: the latest committed progress record of this database's
 # relay.
 progress_of() {
     local id
-    id=$(sql "SELECT 'outbox-' || system_identifier || '-' || (SELECT oid FROM pg_database WHERE datname = current_database())
-              FROM pg_control_system()")
+    id=$(progress_key)
     "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
         | awk -v id="$id" -F'\t' '$4 == id { v = $6 } END { print v }'
 }
@@ -429,5 +437,21 @@ t_eos_stuck_topic_isolated() {
     relay_steady "$pid"
     reset_properties
     for s in max_attempts backoff_min backoff_max; do reset_setting outbox.$s; done
+    set_delivery at_least_once
+}
+
+# A setting changed and changed back (here outbox.delivery) while a batch
+# is in flight: the producer is kept, and the relay goes on sending.
+# Before, the second reload left it waiting for a drain that had no end:
+# idle for good, with events pending.
+t_reload_undone() {
+    local topic=it.reload.undone
+    eos_ready
+    sql "SELECT count(outbox.enqueue('T', 'a-' || i, '{}', topic => '$topic', msg_key => 'k' || i % 3)) FROM generate_series(1, 30) i" >/dev/null
+    set_delivery at_least_once
+    set_delivery exactly_once
+    sql "SELECT count(outbox.enqueue('T', 'b-' || i, '{}', topic => '$topic', msg_key => 'k' || i % 3)) FROM generate_series(1, 30) i" >/dev/null
+    wait_until 30 "$(all_sent $topic 60)" \
+        || fail "the relay stopped sending after the reload was undone: $(sql "SELECT status || ' ' || count(*) FROM outbox.events WHERE topic = '$topic' GROUP BY status")"
     set_delivery at_least_once
 }
