@@ -55,7 +55,7 @@
 
 static const char *const read_sql =
 	"SELECT sender, sender_place, proof, sender_timeline, proof_seen"
-	"  FROM outbox.relay_cursor FOR UPDATE";
+	"  FROM outbox.relay_cursor";
 static const char *const claim_sql =
 	"UPDATE outbox.relay_cursor"
 	"   SET sender = $1, sender_place = $2, sender_timeline = $3,"
