@@ -14,18 +14,25 @@
  */
 #include "postgres.h"
 
+#include "utils/memutils.h"
+
 #include "progress_record.h"
 
 static bool proof_matches(const char *proof, const char *const *proofs);
 static bool take_field(const char *name, char *value, ProgressRecord *out);
+static bool take_text(char **field, char *value);
 static int64 *parse_ids(char *text, int *n);
+static bool parse_number(const char *text, uint64 max, uint64 *out);
 
 /*
  * progress_record_parse: a progress record of this relay taken apart (text
- * is cut up); false if it is not one: another format, another database
- * than database, a proof that is none of the non-empty proofs (a
- * NULL-terminated list), a field twice, or from without to.  Nothing in
- * the text is trusted before this says yes; out starts zeroed.
+ * is cut up); false if it is not one.  It is one only if it is written
+ * exactly as exactly_once.c writes it, fields in any order: the format
+ * line, then "; name value" for each field, once; database is database,
+ * the proof one of the non-empty proofs (a NULL-terminated list), from and
+ * to come together, ids are positive int64 in decimal, one space apart.
+ * Nothing in the text is trusted before this says yes; out starts zeroed,
+ * and may hold id lists to free even when it says no.
  */
 bool
 progress_record_parse(char *text, Oid database, const char *const *proofs,
@@ -39,7 +46,6 @@ progress_record_parse(char *text, Oid database, const char *const *proofs,
 	{
 		char *value;
 
-		line += strspn(line, " ");
 		if (first)
 		{
 			if (strcmp(line, PROGRESS_FORMAT) != 0)
@@ -47,8 +53,8 @@ progress_record_parse(char *text, Oid database, const char *const *proofs,
 			first = false;
 			continue;
 		}
-		value = strchr(line, ' ');
-		if (value == NULL)
+		/* "; name value": one space after the separator, one after name. */
+		if (*line++ != ' ' || (value = strchr(line, ' ')) == NULL)
 			return false;
 		*value++ = '\0';
 		if (!take_field(line, value, out))
@@ -85,23 +91,19 @@ take_field(const char *name, char *value, ProgressRecord *out)
 {
 	if (strcmp(name, "database") == 0 && out->database == InvalidOid)
 	{
-		char *end;
-		unsigned long oid;
+		uint64 oid;
 
-		errno = 0;
-		oid = strtoul(value, &end, 10);
-		if (errno != 0 || *end != '\0' || end == value || oid == 0 ||
-			oid > PG_UINT32_MAX)
+		if (!parse_number(value, PG_UINT32_MAX, &oid))
 			return false;
 		out->database = (Oid) oid;
 		return true;
 	}
-	if (strcmp(name, "proof") == 0 && out->proof == NULL)
-		return (out->proof = value) != NULL;
-	if (strcmp(name, "from") == 0 && out->from == NULL)
-		return (out->from = value) != NULL;
-	if (strcmp(name, "to") == 0 && out->to == NULL)
-		return (out->to = value) != NULL;
+	if (strcmp(name, "proof") == 0)
+		return take_text(&out->proof, value);
+	if (strcmp(name, "from") == 0)
+		return take_text(&out->from, value);
+	if (strcmp(name, "to") == 0)
+		return take_text(&out->to, value);
 	if (strcmp(name, "sent") == 0 && out->sent == NULL)
 		return (out->sent = parse_ids(value, &out->nsent)) != NULL;
 	if (strcmp(name, "held") == 0 && out->held == NULL)
@@ -110,31 +112,74 @@ take_field(const char *name, char *value, ProgressRecord *out)
 }
 
 /*
- * parse_ids: event ids separated by spaces; NULL if one is not a
- * positive number.
+ * take_text: a text field (a proof, a place) into *field; false if it is
+ * empty or was already taken.  A place is kept as text: first_sends.c
+ * judges it before any input function sees it.
+ */
+static bool
+take_text(char **field, char *value)
+{
+	if (*field != NULL || value[0] == '\0')
+		return false;
+	*field = value;
+	return true;
+}
+
+/*
+ * parse_ids: event ids separated by single spaces (text is cut up); NULL
+ * if there is none, or one is not a positive int64.  The array is sized
+ * by the ids counted, and a count palloc could not hold is refused rather
+ * than raised as an error.
  */
 static int64 *
 parse_ids(char *text, int *n)
 {
-	int64 *ids = palloc(sizeof(int64) * (strlen(text) / 2 + 1));
+	int64 *ids;
+	size_t count = 1;
 	char *word;
 
+	for (const char *p = text; *p != '\0'; p++)
+		count += *p == ' ';
+	if (count > MaxAllocSize / sizeof(int64))
+		return NULL;
+	ids = palloc(sizeof(int64) * count);
 	*n = 0;
 	while ((word = strsep(&text, " ")) != NULL)
 	{
-		char *end;
+		uint64 id;
 
-		if (*word == '\0')
-			continue;
-		errno = 0;
-		ids[*n] = strtoi64(word, &end, 10);
-		if (errno != 0 || *end != '\0' || ids[*n] <= 0)
+		if (!parse_number(word, PG_INT64_MAX, &id))
 		{
 			pfree(ids);
 			*n = 0;
 			return NULL;
 		}
-		(*n)++;
+		ids[(*n)++] = (int64) id;
 	}
 	return ids;
+}
+
+/*
+ * parse_number: text as a number from 1 to max, written as the relay
+ * writes one: decimal digits, the first not 0, no sign, no space.
+ * strtoul would take a sign, spaces and leading zeros, and wraps a
+ * negative number.
+ */
+static bool
+parse_number(const char *text, uint64 max, uint64 *out)
+{
+	uint64 value = 0;
+
+	if (*text < '1' || *text > '9')
+		return false;
+	for (; *text != '\0'; text++)
+	{
+		int digit = *text - '0';
+
+		if (digit < 0 || digit > 9 || value > (max - digit) / 10)
+			return false;
+		value = value * 10 + digit;
+	}
+	*out = value;
+	return true;
 }
