@@ -137,4 +137,16 @@ test/tools/outbox_log_spy.so: test/tools/log_spy.c
 test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ) -lrdkafka
 
-EXTRA_CLEAN = $(TOOLS)
+# The fuzz harness of the progress record's parser: src/progress_record.c
+# built alone with it, under AddressSanitizer and UndefinedBehaviorSanitizer
+# (test/fuzz/run runs it).  Not one of TOOLS: the suites that build those
+# need no sanitizer runtime.
+PROGRESS_FUZZ = test/tools/outbox-progress-fuzz
+
+$(PROGRESS_FUZZ): test/tools/progress_fuzz.c src/progress_record.c src/progress_record.h
+	$(CC) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+	    -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter \
+	    -I$(shell $(PG_CONFIG) --includedir-server) -Isrc -o $@ \
+	    test/tools/progress_fuzz.c src/progress_record.c
+
+EXTRA_CLEAN = $(TOOLS) $(PROGRESS_FUZZ)
