@@ -76,9 +76,11 @@ chaos:
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} CHAOS_DELIVERY=exactly_once test/chaos/run
 
-# The fuzz run of enqueue and claim, long version (make test runs 3,000 cases).
+# The fuzz run of the progress record's parser (make test runs 300,000
+# cases), then of enqueue and claim (3,000), long versions.
 fuzz:
-	FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
+	PROGRESS_FUZZ_CASES=$${PROGRESS_FUZZ_CASES:-10000000} \
+	    FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
 
 # The mutation check: plausible bugs applied one at a time to a copy of
 # the source, each caught by the checks it names (test/mutations/run;
