@@ -11,7 +11,7 @@ OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan
              src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
              src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
              src/redact.o src/kafka_scrub.o src/exactly_once.o src/kafka_txn.o src/utility.o \
-             src/db_settings.o src/sender.o
+             src/db_settings.o src/sender.o src/progress_record.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
@@ -76,9 +76,11 @@ chaos:
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} CHAOS_DELIVERY=exactly_once test/chaos/run
 
-# The fuzz run of enqueue and claim, long version (make test runs 3,000 cases).
+# The fuzz run of the progress record's parser (make test runs 300,000
+# cases), then of enqueue and claim (3,000), long versions.
 fuzz:
-	FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
+	PROGRESS_FUZZ_CASES=$${PROGRESS_FUZZ_CASES:-10000000} \
+	    FUZZ_CASES=$${FUZZ_CASES:-100000} test/fuzz/run
 
 # The mutation check: plausible bugs applied one at a time to a copy of
 # the source, each caught by the checks it names (test/mutations/run;
@@ -137,4 +139,16 @@ test/tools/outbox_log_spy.so: test/tools/log_spy.c
 test/tools/outbox-chaos-inventory: test/tools/chaos_inventory.c test/tools/chaos_client.h
 	$(CC) -O2 -Wall -Wextra -Wno-unused-parameter -o $@ $< $(LIBPQ) -lrdkafka
 
-EXTRA_CLEAN = $(TOOLS)
+# The fuzz harness of the progress record's parser: src/progress_record.c
+# built alone with it, under AddressSanitizer and UndefinedBehaviorSanitizer
+# (test/fuzz/run runs it).  Not one of TOOLS: the suites that build those
+# need no sanitizer runtime.
+PROGRESS_FUZZ = test/tools/outbox-progress-fuzz
+
+$(PROGRESS_FUZZ): test/tools/progress_fuzz.c src/progress_record.c src/progress_record.h
+	$(CC) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+	    -fno-omit-frame-pointer -Wall -Wextra -Wno-unused-parameter \
+	    -I$(shell $(PG_CONFIG) --includedir-server) -Isrc -o $@ \
+	    test/tools/progress_fuzz.c src/progress_record.c
+
+EXTRA_CLEAN = $(TOOLS) $(PROGRESS_FUZZ)

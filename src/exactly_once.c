@@ -39,10 +39,10 @@
  * and the relay backs off.
  *
  * A record is taken only if it carries the proof of this very relay and
- * names this database (sender.c): a record a copy of the cluster wrote,
- * one forged by a tenant of another database, or a damaged one moves
- * nothing and marks nothing sent; it is said once, and what follows the
- * cursor may go again, never a loss.
+ * names this database (sender.c; progress_record.c takes it apart): a
+ * record a copy of the cluster wrote, one forged by a tenant of another
+ * database, or a damaged one moves nothing and marks nothing sent; it is
+ * said once, and what follows the cursor may go again, never a loss.
  *
  * A producer fenced by another with the same transactional.id (a copy
  * whose place looks the same, see sender.c) stops, and the relay sends
@@ -61,6 +61,7 @@
 #include "utils/memutils.h"
 
 #include "outbox.h"
+#include "progress_record.h"
 #include "relay.h"
 
 /* Longest one call to Kafka's coordinator makes the loop wait. */
@@ -78,9 +79,6 @@
 /* Batches one round sends, at most: retries and first sends. */
 #define MAX_BATCHES 8
 
-/* The progress record's first line: its format. */
-#define PROGRESS_FORMAT "outbox progress 1"
-
 typedef enum EosState
 {
 	EOS_INIT,      /* a new producer: fence, read progress, catch up */
@@ -92,19 +90,6 @@ typedef enum EosState
 	EOS_HALTED,    /* fenced: nothing until a reload (relay_eos_halted) */
 	EOS_BROKEN     /* a new producer is needed (relay_eos_broken) */
 } EosState;
-
-/* A progress record, taken apart. */
-typedef struct Progress
-{
-	Oid database;
-	char *proof;
-	char *from;
-	char *to;
-	int64 *sent;
-	int nsent;
-	int64 *held;
-	int nheld;
-} Progress;
 
 static bool active = false;
 static EosState state = EOS_IDLE;
@@ -126,13 +111,10 @@ static char halted_reason[OUTBOX_ERROR_LEN];
 
 static bool prepare(TimestampTz now);
 static bool catch_up(void);
-static void move_cursor(const Progress *p);
+static void move_cursor(const ProgressRecord *p);
 static const char *const *proof_marks(void);
 static void say_foreign(void);
 static char *progress_key_shown(void);
-static bool parse_progress(char *text, Progress *out);
-static bool take_field(const char *name, char *value, Progress *out);
-static int64 *parse_ids(char *text, int *n);
 static bool finish(TimestampTz now);
 static int in_flight(RelayBatch **out);
 static void judge_flight(TimestampTz now, bool *answered, bool *failed,
@@ -385,13 +367,15 @@ prepare(TimestampTz now)
 static bool
 catch_up(void)
 {
-	Progress p = {0};
+	ProgressRecord p = {0};
 	char *text = progress_found ? pstrdup(progress_found) : NULL;
+	const char *proofs[3] = {relay_sender_proof(), relay_sender_proof_seen(),
+							 NULL};
 	char token[64];
 
 	if (!relay_begin("catching up with the progress Kafka committed"))
 		return false;
-	if (text != NULL && !parse_progress(text, &p))
+	if (text != NULL && !progress_record_parse(text, MyDatabaseId, proofs, &p))
 	{
 		/* Nothing of a record that is not this relay's is trusted. */
 		memset(&p, 0, sizeof(p));
@@ -417,7 +401,7 @@ catch_up(void)
  * start.  Inside relay_begin.
  */
 static void
-move_cursor(const Progress *p)
+move_cursor(const ProgressRecord *p)
 {
 	char *place = relay_first_sends_place();
 
@@ -503,108 +487,6 @@ static char *
 progress_key_shown(void)
 {
 	return relay_eos_transactional_id();
-}
-
-/*
- * parse_progress: a progress record of this relay taken apart (text is
- * cut up); false if it is not one: another format, another database,
- * another proof, a field twice, or from without to.  Nothing in the text
- * is trusted before this says yes.
- */
-static bool
-parse_progress(char *text, Progress *out)
-{
-	char *line;
-	char *rest = text;
-	bool first = true;
-
-	while ((line = strsep(&rest, ";")) != NULL)
-	{
-		char *value;
-
-		line += strspn(line, " ");
-		if (first)
-		{
-			if (strcmp(line, PROGRESS_FORMAT) != 0)
-				return false;
-			first = false;
-			continue;
-		}
-		value = strchr(line, ' ');
-		if (value == NULL)
-			return false;
-		*value++ = '\0';
-		if (!take_field(line, value, out))
-			return false;
-	}
-	return !first && out->database == MyDatabaseId && out->proof != NULL &&
-		   out->proof[0] != '\0' &&
-		   (strcmp(out->proof, relay_sender_proof()) == 0 ||
-			strcmp(out->proof, relay_sender_proof_seen()) == 0) &&
-		   (out->from == NULL) == (out->to == NULL);
-}
-
-/*
- * take_field: one "name value" field of a progress record into out;
- * false if it is unknown, repeated or malformed.
- */
-static bool
-take_field(const char *name, char *value, Progress *out)
-{
-	if (strcmp(name, "database") == 0 && out->database == InvalidOid)
-	{
-		char *end;
-		unsigned long oid;
-
-		errno = 0;
-		oid = strtoul(value, &end, 10);
-		if (errno != 0 || *end != '\0' || end == value || oid == 0 ||
-			oid > PG_UINT32_MAX)
-			return false;
-		out->database = (Oid) oid;
-		return true;
-	}
-	if (strcmp(name, "proof") == 0 && out->proof == NULL)
-		return (out->proof = value) != NULL;
-	if (strcmp(name, "from") == 0 && out->from == NULL)
-		return (out->from = value) != NULL;
-	if (strcmp(name, "to") == 0 && out->to == NULL)
-		return (out->to = value) != NULL;
-	if (strcmp(name, "sent") == 0 && out->sent == NULL)
-		return (out->sent = parse_ids(value, &out->nsent)) != NULL;
-	if (strcmp(name, "held") == 0 && out->held == NULL)
-		return (out->held = parse_ids(value, &out->nheld)) != NULL;
-	return false;
-}
-
-/*
- * parse_ids: event ids separated by spaces; NULL if one is not a
- * positive number.
- */
-static int64 *
-parse_ids(char *text, int *n)
-{
-	int64 *ids = palloc(sizeof(int64) * (strlen(text) / 2 + 1));
-	char *word;
-
-	*n = 0;
-	while ((word = strsep(&text, " ")) != NULL)
-	{
-		char *end;
-
-		if (*word == '\0')
-			continue;
-		errno = 0;
-		ids[*n] = strtoi64(word, &end, 10);
-		if (errno != 0 || *end != '\0' || ids[*n] <= 0)
-		{
-			pfree(ids);
-			*n = 0;
-			return NULL;
-		}
-		(*n)++;
-	}
-	return ids;
 }
 
 /*

@@ -17,6 +17,8 @@
  *	 event_state.c	rows of outbox.event_state: failures, backoff, death
  *	 sender.c		who the relay is to Kafka in exactly_once: its sender
  *					number and the proof its progress records carry
+ *	 progress_record.c	a progress record read back from Kafka, taken
+ *					apart: untrusted text, no backend state (fuzzed)
  *	 step.c			the transaction bracket around every step
  *	 db_settings.c	what ALTER DATABASE ... SET gave the relay
  *	 kafka.c		librdkafka, and nothing above it
