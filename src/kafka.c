@@ -761,7 +761,10 @@ crashing_combination(rd_kafka_conf_t *conf, char *problem, size_t size,
 
 /*
  * scrub_values_of: have outbox_scrub look for the value of each entry of
- * properties whose property takes free text (a secret may be any of them).
+ * properties whose property takes free text (a secret may be any of them),
+ * but client.id: a name the client sends in clear with every request, for
+ * brokers' logs and quotas, and which hid librdkafka's own words
+ * ("ApiVersion" under client.id=relay-apiversions).
  */
 static void
 scrub_values_of(const char *properties)
@@ -776,7 +779,8 @@ scrub_values_of(const char *properties)
 		if (eq != NULL)
 		{
 			*eq = '\0';
-			if (takes_free_text(trimmed(entry)))
+			if (strcmp(trimmed(entry), "client.id") != 0 &&
+				takes_free_text(trimmed(entry)))
 				scrub_template(trimmed(eq + 1));
 		}
 		pfree(entry);
