@@ -395,6 +395,11 @@ t_two_sources() {
     }
     expect "events applied" "$(sources_claimed)" 40
     expect "events applied again on redelivery" "$(sources_claimed)" 0
-    sql "DELETE FROM outbox.consumer_dedup WHERE consumer = 'it-sources'; DROP TABLE got_sources"
+    # What a claim without the source makes of the same messages.
+    expect "events applied when claimed without their source" \
+        "$(sql "SELECT count(*) FILTER (WHERE outbox.claim('it-sources-legacy', event_id,
+                    substring(headers from 'biz_type=([^,]*)'), substring(headers from 'biz_key=([^,]*)')))
+                  FROM (SELECT * FROM got_sources ORDER BY part, off) g")" 20
+    sql "DELETE FROM outbox.consumer_dedup WHERE consumer IN ('it-sources', 'it-sources-legacy'); DROP TABLE got_sources"
     md_teardown
 }
