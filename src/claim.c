@@ -32,16 +32,24 @@ static const Oid claim_argtypes[CLAIM_ARGS] = {TEXTOID, INT8OID, TEXTOID,
 											   TEXTOID, TEXTOID};
 
 /*
- * No conflict target: a clash on either unique key means "seen before".
- * A claim of a source is seen before too if a claim made without one ('')
- * has its event id or business key.
+ * Without a source (the four-argument form, a NULL source) the statements
+ * name only the columns of 0.2.0, so that a new library serves a database
+ * not updated yet; source takes its default, ''.  No conflict target: a
+ * clash on either unique key means "seen before".
  */
 static const char *const claim_sql =
+	"INSERT INTO outbox.consumer_dedup (consumer, event_id, biz_type, biz_key)"
+	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+/*
+ * With a source: seen before too if a claim made without one ('') has its
+ * event id or business key.
+ */
+static const char *const claim_source_sql =
 	"INSERT INTO outbox.consumer_dedup"
 	"       (consumer, event_id, biz_type, biz_key, source)"
 	" SELECT $1, $2, $3, $4, $5"
-	"  WHERE $5 OPERATOR(pg_catalog.=) ''"
-	"     OR NOT EXISTS (SELECT FROM outbox.consumer_dedup"
+	"  WHERE NOT EXISTS (SELECT FROM outbox.consumer_dedup"
 	"                     WHERE consumer OPERATOR(pg_catalog.=) $1"
 	"                       AND source OPERATOR(pg_catalog.=) ''"
 	"                       AND (event_id OPERATOR(pg_catalog.=) $2"
@@ -65,6 +73,14 @@ static const char *const claim_sql =
 static const char *const claimed_sql =
 	"SELECT 1 FROM outbox.consumer_dedup"
 	" WHERE consumer OPERATOR(pg_catalog.=) $1"
+	"   AND (event_id OPERATOR(pg_catalog.=) $2"
+	"        OR (biz_type OPERATOR(pg_catalog.=) $3"
+	"            AND biz_key OPERATOR(pg_catalog.=) $4))"
+	" FOR KEY SHARE";
+
+static const char *const claimed_source_sql =
+	"SELECT 1 FROM outbox.consumer_dedup"
+	" WHERE consumer OPERATOR(pg_catalog.=) $1"
 	"   AND source OPERATOR(pg_catalog.=) ANY (ARRAY[$5, ''])"
 	"   AND (event_id OPERATOR(pg_catalog.=) $2"
 	"        OR (biz_type OPERATOR(pg_catalog.=) $3"
@@ -73,6 +89,8 @@ static const char *const claimed_sql =
 
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claimed_plan = NULL;
+static SPIPlanPtr claim_source_plan = NULL;
+static SPIPlanPtr claimed_source_plan = NULL;
 
 static void check_claim_args(FunctionCallInfo fcinfo);
 static text *claim_source(FunctionCallInfo fcinfo);
@@ -87,30 +105,39 @@ outbox_claim(PG_FUNCTION_ARGS)
 {
 	Datum values[CLAIM_ARGS];
 	char nulls[CLAIM_ARGS];
+	text *source;
+	int nargs;
 	SPIPlanPtr plan;
 	int rc;
 	bool first;
 
 	check_claim_args(fcinfo);
+	source = claim_source(fcinfo);
+	nargs = source ? CLAIM_ARGS : CLAIM_ARGS - 1;
 	for (int i = 0; i < CLAIM_ARGS - 1; i++)
 	{
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
 	nulls[CLAIM_ARGS - 1] = ' ';
-	values[CLAIM_ARGS - 1] = PointerGetDatum(claim_source(fcinfo));
+	values[CLAIM_ARGS - 1] = PointerGetDatum(source);
 
 	SPI_connect();
-	plan = outbox_keep_plan(&claim_plan, claim_sql, CLAIM_ARGS, claim_argtypes,
-							false);
+	plan = source ? outbox_keep_plan(&claim_source_plan, claim_source_sql,
+									 nargs, claim_argtypes, false)
+				  : outbox_keep_plan(&claim_plan, claim_sql, nargs,
+									 claim_argtypes, false);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));
 	first = (SPI_processed == 1);
 	if (!first)
 	{
-		plan = outbox_keep_plan(&claimed_plan, claimed_sql, CLAIM_ARGS,
-								claim_argtypes, false);
+		plan = source
+				   ? outbox_keep_plan(&claimed_source_plan, claimed_source_sql,
+									  nargs, claim_argtypes, false)
+				   : outbox_keep_plan(&claimed_plan, claimed_sql, nargs,
+									  claim_argtypes, false);
 		rc = SPI_execute_plan(plan, values, nulls, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "outbox claim look-up failed: %s",
@@ -156,8 +183,8 @@ check_claim_args(FunctionCallInfo fcinfo)
 }
 
 /*
- * claim_source: the source claimed for: the fifth argument, '' without one
- * (the four-argument form, or a NULL source: an event with no
+ * claim_source: the source claimed for, the fifth argument; NULL without
+ * one (the four-argument form, or a NULL source: an event with no
  * outbox_source header, sent before 0.3.0).
  */
 static text *
@@ -166,7 +193,7 @@ claim_source(FunctionCallInfo fcinfo)
 	text *source;
 
 	if (PG_NARGS() < CLAIM_ARGS || PG_ARGISNULL(CLAIM_ARGS - 1))
-		return cstring_to_text("");
+		return NULL;
 	source = PG_GETARG_TEXT_PP(CLAIM_ARGS - 1);
 	outbox_check_source(source);
 	return source;
