@@ -35,6 +35,6 @@ ALTER ROLE order_service SET outbox.allowed_topics = 'orders.*';
 -- The consumer: claim, and its own table, nothing else.
 CREATE ROLE inventory_service LOGIN;
 GRANT USAGE ON SCHEMA outbox TO inventory_service;
-GRANT EXECUTE ON FUNCTION outbox.claim(text, bigint, text, text) TO inventory_service;
+GRANT EXECUTE ON FUNCTION outbox.claim(text, bigint, text, text, text) TO inventory_service;
 GRANT INSERT ON reservations TO inventory_service;
 ALTER ROLE inventory_service SET outbox.allowed_consumers = 'inventory-*';

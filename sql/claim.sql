@@ -53,13 +53,32 @@ SELECT err($$SELECT outbox.claim('c', 1, NULL, 'order-1')$$);
 SELECT err($$SELECT outbox.claim('c', 1, '', 'order-1')$$);
 SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated', '')$$);
 SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 257)));
--- The longest consumer with the longest keys, all incompressible, still
--- fits in consumer_dedup's unique index on (consumer, biz_type, biz_key).
+-- The longest consumer with the longest keys and source, all
+-- incompressible, still fits in consumer_dedup's unique index on
+-- (consumer, source, biz_type, biz_key).
 BEGIN;
 SELECT outbox.claim((SELECT string_agg(md5('c' || i), '') FROM generate_series(1, 8) i), 1,
                     (SELECT string_agg(md5('t' || i), '') FROM generate_series(1, 32) i),
-                    (SELECT string_agg(md5('k' || i), '') FROM generate_series(1, 32) i)) AS longest_keys;
+                    (SELECT string_agg(md5('k' || i), '') FROM generate_series(1, 32) i),
+                    (SELECT string_agg(md5('s' || i), '') FROM generate_series(1, 2) i)) AS longest_keys;
 ROLLBACK;
+
+-- Claims are per source (the event's outbox_source header): two databases
+-- on one topic each have an event 1, and a business key of their own.
+SELECT outbox.claim('orders', 1, 'OrderCreated', 'o-1', 'source-a') AS a_first;
+SELECT outbox.claim('orders', 1, 'OrderCreated', 'o-9', 'source-b') AS b_same_id;
+SELECT outbox.claim('orders', 2, 'OrderCreated', 'o-1', 'source-b') AS b_same_key;
+SELECT outbox.claim('orders', 1, 'OrderCreated', 'o-1', 'source-a') AS a_again;
+SELECT outbox.claim('orders', 3, 'OrderCreated', 'o-1', 'source-a') AS a_same_key;
+-- A claim made without a source (as before 0.3.0) still refuses the event
+-- and the business key for every source; a NULL source is no source.
+SELECT outbox.claim('legacy', 5, 'OrderCreated', 'o-5') AS no_source;
+SELECT outbox.claim('legacy', 5, 'OrderCreated', 'o-6', 'source-a') AS id_claimed_before;
+SELECT outbox.claim('legacy', 6, 'OrderCreated', 'o-5', 'source-a') AS key_claimed_before;
+SELECT outbox.claim('legacy', 7, 'OrderCreated', 'o-7', NULL) AS null_source;
+SELECT outbox.claim('legacy', 7, 'OrderCreated', 'o-7') AS null_is_none;
+SELECT err($$SELECT outbox.claim('c', 1, 'T', 'k', '')$$);
+SELECT err(format('SELECT outbox.claim(%L, 1, %L, %L, %L)', 'c', 'T', 'k', repeat('s', 65)));
 SELECT count(*) FROM outbox.consumer_dedup WHERE consumer IN ('c', '');
 -- A duplicate writes WAL (it locks the claim it found), so its COMMIT waits
 -- for a synchronous standby as the first claim's did.

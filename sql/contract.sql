@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 RESET client_min_messages;
 BEGIN;
-SELECT plan(63);
+SELECT plan(64);
 
 SELECT has_schema('outbox');
 SELECT has_table('outbox', 'event_log', 'event_log table');
@@ -33,8 +33,8 @@ SELECT col_is_pk('outbox', 'event_log', 'id', 'event_log keyed by id');
 SELECT col_is_unique('outbox', 'event_log', ARRAY['biz_type', 'biz_key'], 'one event per business key');
 SELECT col_default_is('outbox', 'event_log', 'id', 'nextval(''outbox.event_id_seq''::regclass)', 'ids come from the sequence');
 SELECT has_index('outbox', 'event_log', 'event_log_tx_id', ARRAY['tx', 'id'], 'relay reads windows in (tx, id) order');
-SELECT col_is_pk('outbox', 'consumer_dedup', ARRAY['consumer', 'event_id'], 'one claim per consumer and event');
-SELECT col_is_unique('outbox', 'consumer_dedup', ARRAY['consumer', 'biz_type', 'biz_key'], 'one claim per consumer and business key');
+SELECT col_is_pk('outbox', 'consumer_dedup', ARRAY['consumer', 'source', 'event_id'], 'one claim per consumer, source and event');
+SELECT col_is_unique('outbox', 'consumer_dedup', ARRAY['consumer', 'source', 'biz_type', 'biz_key'], 'one claim per consumer, source and business key');
 SELECT col_not_null('outbox', 'consumer_dedup', 'processed_at', 'claims are time-stamped');
 
 SELECT has_function('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'enqueue signature');
@@ -81,6 +81,7 @@ SELECT is(
            WHERE p.pronamespace = 'outbox'::regnamespace
              AND (p.prosecdef OR l.lanname IN ('sql', 'plpgsql'))
              AND p.oid NOT IN ('outbox.claim(text,bigint,text,text)'::regprocedure,
+                               'outbox.claim(text,bigint,text,text,text)'::regprocedure,
                                'outbox.enqueue(text,text,jsonb,text,jsonb,text)'::regprocedure,
                                'outbox.enqueue_bytes(text,text,bytea,text,jsonb,text)'::regprocedure)
              AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp']
@@ -90,6 +91,7 @@ SELECT is(
 SELECT function_privs_are('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue');
 SELECT function_privs_are('outbox', 'enqueue_bytes', ARRAY['text', 'text', 'bytea', 'text', 'jsonb', 'text'], 'public', '{}'::text[], 'PUBLIC cannot enqueue_bytes');
 SELECT function_privs_are('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text'], 'public', '{}'::text[], 'PUBLIC cannot claim');
+SELECT function_privs_are('outbox', 'claim', ARRAY['text', 'bigint', 'text', 'text', 'text'], 'public', '{}'::text[], 'PUBLIC cannot claim for a source');
 SELECT table_privs_are('outbox', 'event_log', 'public', '{}'::text[], 'PUBLIC has no rights on event_log');
 SELECT table_privs_are('outbox', 'events', 'public', '{}'::text[], 'PUBLIC has no rights on events');
 SELECT table_privs_are('outbox', 'consumer_dedup', 'public', '{}'::text[], 'PUBLIC has no rights on consumer_dedup');

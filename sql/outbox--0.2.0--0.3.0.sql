@@ -97,8 +97,10 @@ CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
 -- so nothing unsent counts as sent; the few relayed events past it are
 -- sent again (duplicates, never a loss).
 ALTER TABLE outbox.relay_cursor ADD COLUMN window_last_tx pg_catalog.xid8 NOT NULL DEFAULT '0';
--- exactly_once's identity (src/sender.c): chosen by the relay's first start.
-ALTER TABLE outbox.relay_cursor ADD COLUMN sender bigint NOT NULL DEFAULT 0,
+-- The source every message names (outbox_source), and exactly_once's
+-- identity (src/sender.c), chosen by the relay's first start.
+ALTER TABLE outbox.relay_cursor ADD COLUMN source uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+                                ADD COLUMN sender bigint NOT NULL DEFAULT 0,
                                 ADD COLUMN sender_place text,
                                 ADD COLUMN sender_timeline integer,
                                 ADD COLUMN proof text,
@@ -320,3 +322,29 @@ BEGIN
      WHERE pg_catalog.pg_visible_in_snapshot(me, c.done_snapshot);
     RETURN NULL;
 END $$;
+
+-- Claims are per source (the outbox_source header): event ids and
+-- business keys are unique within one database, not across several on
+-- one topic.  Claims made before keep source '' and still refuse a
+-- duplicate of any source (outbox_claim looks for them).
+ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey,
+                                  DROP CONSTRAINT consumer_dedup_biz_key,
+                                  ADD CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, source, event_id),
+                                  ADD CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, source, biz_type, biz_key);
+
+CREATE FUNCTION outbox.claim(
+    consumer text,
+    event_id bigint,
+    biz_type text,
+    biz_key  text,
+    source   text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'outbox_claim';
+
+COMMENT ON FUNCTION outbox.claim(text, bigint, text, text, text) IS
+    'Record that a consumer applies an event of a source (its outbox_source header), in the current transaction: true the first time, false for a duplicate.';
+
+REVOKE ALL ON FUNCTION outbox.claim(text, bigint, text, text, text) FROM PUBLIC;

@@ -146,7 +146,10 @@ COMMENT ON TABLE outbox.event_state IS
 -- done_snapshot has been relayed; the open window covers the events visible
 -- in window_snapshot but not in done_snapshot, and of those it has relayed
 -- the ones up to (window_last_tx, window_last_id) (it sends a window in
--- (tx, id) order).  In exactly_once, sender is part of the relay's
+-- (tx, id) order).  source names this database's events to consumers
+-- (every message's outbox_source header): kept across restarts, failover
+-- and pg_upgrade, new after a restore or in a copy of the cluster.  In
+-- exactly_once, sender is part of the relay's
 -- transactional.id, chosen by the relay running at sender_place on WAL
 -- timeline sender_timeline (a copy of the cluster elsewhere takes another,
 -- a promoted standby keeps it), and proof is the token its progress
@@ -159,6 +162,7 @@ CREATE TABLE outbox.relay_cursor (
     window_last_id  bigint      NOT NULL DEFAULT 0,
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
     window_last_tx  xid8        NOT NULL DEFAULT '0',
+    source          uuid        NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
     sender          bigint      NOT NULL DEFAULT 0,
     sender_place    text,
     sender_timeline integer,
@@ -208,10 +212,14 @@ CREATE TABLE outbox.consumer_dedup (
     biz_type     text,
     biz_key      text,
     processed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, event_id),
-    CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, biz_type, biz_key)
+    source       text        NOT NULL DEFAULT '',
+    CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, source, event_id),
+    CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, source, biz_type, biz_key)
 );
 
+-- source is the outbox_source header of the claimed event ('' for a claim
+-- made without one, as before 0.3.0): event ids and business keys are
+-- unique per source, not across databases or clusters.
 COMMENT ON TABLE outbox.consumer_dedup IS
     'Events a consumer has applied; written by outbox.claim() in the consumer''s transaction.';
 
@@ -272,6 +280,21 @@ AS 'MODULE_PATHNAME', 'outbox_claim';
 
 COMMENT ON FUNCTION outbox.claim(text, bigint, text, text) IS
     'Record that a consumer applies an event, in the current transaction: true the first time, false for a duplicate.';
+
+-- The same, for an event of the given source (its outbox_source header).
+CREATE FUNCTION outbox.claim(
+    consumer text,
+    event_id bigint,
+    biz_type text,
+    biz_key  text,
+    source   text)
+RETURNS boolean
+LANGUAGE C VOLATILE
+SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'outbox_claim';
+
+COMMENT ON FUNCTION outbox.claim(text, bigint, text, text, text) IS
+    'Record that a consumer applies an event of a source (its outbox_source header), in the current transaction: true the first time, false for a duplicate.';
 
 
 -- Operations: pausing, dead letters and replay, figures, retention.

@@ -299,7 +299,9 @@ make_message(OutboxMessage *msg, const BatchRow *row)
 	msg->header_values[1] = column_text(row, BATCH_COL_BIZ_TYPE);
 	msg->header_names[2] = "biz_key";
 	msg->header_values[2] = column_text(row, BATCH_COL_BIZ_KEY);
-	msg->nheaders = 3;
+	msg->header_names[3] = "outbox_source";
+	msg->header_values[3] = relay_source();
+	msg->nheaders = OUTBOX_RELAY_HEADERS;
 	if (!row->nulls[BATCH_COL_HEADERS - 1])
 		add_user_headers(msg,
 						 DatumGetJsonbP(row->values[BATCH_COL_HEADERS - 1]));
@@ -320,6 +322,14 @@ add_user_headers(OutboxMessage *msg, Jsonb *headers)
 	{
 		if (msg->nheaders >= OUTBOX_MAX_HEADERS)
 			break;
+		/* One enqueued before the name was the relay's is left out. */
+		if (tok == WJB_KEY && v.val.string.len == strlen("outbox_source") &&
+			pg_strncasecmp(v.val.string.val, "outbox_source",
+						   v.val.string.len) == 0)
+		{
+			(void) JsonbIteratorNext(&it, &v, true);
+			continue;
+		}
 		if (tok == WJB_KEY)
 			msg->header_names[msg->nheaders] =
 				pnstrdup(v.val.string.val, v.val.string.len);

@@ -3,9 +3,14 @@
  *		outbox.claim(): record, in the consumer's own transaction, that the
  *		consumer applies an event.
  *
- * The first claim of (consumer, event_id), or of (consumer, biz_type,
- * biz_key), returns true; a later one returns false and the consumer skips
- * the duplicate.  The claim commits or rolls back with the consumer's
+ * The first claim of (consumer, source, event_id), or of (consumer,
+ * source, biz_type, biz_key), returns true; a later one returns false and
+ * the consumer skips the duplicate.  The source is the event's
+ * outbox_source header: event ids and business keys are unique within one
+ * database, so the claims of events of two databases on one topic must
+ * not meet.  A claim without a source (the four-argument form, as before
+ * 0.3.0) has source '', and a claim with one also counts those as its
+ * own: upgrades keep what existing claims meant.  The claim commits or rolls back with the consumer's
  * business effect, so a failed attempt leaves nothing behind and the
  * redelivered event is applied then.  A claim held by a concurrent
  * uncommitted transaction makes the caller wait for its outcome.
@@ -21,12 +26,36 @@
 
 #include "outbox.h"
 
-static const Oid claim_argtypes[4] = {TEXTOID, INT8OID, TEXTOID, TEXTOID};
+#define CLAIM_ARGS 5
 
-/* No conflict target: a clash on either unique key means "seen before". */
+static const Oid claim_argtypes[CLAIM_ARGS] = {TEXTOID, INT8OID, TEXTOID,
+											   TEXTOID, TEXTOID};
+
+/*
+ * Without a source (the four-argument form, a NULL source) the statements
+ * name only the columns of 0.2.0, so that a new library serves a database
+ * not updated yet; source takes its default, ''.  No conflict target: a
+ * clash on either unique key means "seen before".
+ */
 static const char *const claim_sql =
 	"INSERT INTO outbox.consumer_dedup (consumer, event_id, biz_type, biz_key)"
 	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+/*
+ * With a source: seen before too if a claim made without one ('') has its
+ * event id or business key.
+ */
+static const char *const claim_source_sql =
+	"INSERT INTO outbox.consumer_dedup"
+	"       (consumer, event_id, biz_type, biz_key, source)"
+	" SELECT $1, $2, $3, $4, $5"
+	"  WHERE NOT EXISTS (SELECT FROM outbox.consumer_dedup"
+	"                     WHERE consumer OPERATOR(pg_catalog.=) $1"
+	"                       AND source OPERATOR(pg_catalog.=) ''"
+	"                       AND (event_id OPERATOR(pg_catalog.=) $2"
+	"                            OR (biz_type OPERATOR(pg_catalog.=) $3"
+	"                                AND biz_key OPERATOR(pg_catalog.=) $4)))"
+	" ON CONFLICT DO NOTHING";
 
 /*
  * Both statements run with the rights of the extension's owner, under the
@@ -49,10 +78,22 @@ static const char *const claimed_sql =
 	"            AND biz_key OPERATOR(pg_catalog.=) $4))"
 	" FOR KEY SHARE";
 
+static const char *const claimed_source_sql =
+	"SELECT 1 FROM outbox.consumer_dedup"
+	" WHERE consumer OPERATOR(pg_catalog.=) $1"
+	"   AND source OPERATOR(pg_catalog.=) ANY (ARRAY[$5, ''])"
+	"   AND (event_id OPERATOR(pg_catalog.=) $2"
+	"        OR (biz_type OPERATOR(pg_catalog.=) $3"
+	"            AND biz_key OPERATOR(pg_catalog.=) $4))"
+	" FOR KEY SHARE";
+
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr claimed_plan = NULL;
+static SPIPlanPtr claim_source_plan = NULL;
+static SPIPlanPtr claimed_source_plan = NULL;
 
 static void check_claim_args(FunctionCallInfo fcinfo);
+static text *claim_source(FunctionCallInfo fcinfo);
 
 PG_FUNCTION_INFO_V1(outbox_claim);
 
@@ -62,29 +103,41 @@ PG_FUNCTION_INFO_V1(outbox_claim);
 Datum
 outbox_claim(PG_FUNCTION_ARGS)
 {
-	Datum values[4];
-	char nulls[4];
+	Datum values[CLAIM_ARGS];
+	char nulls[CLAIM_ARGS];
+	text *source;
+	int nargs;
 	SPIPlanPtr plan;
 	int rc;
 	bool first;
 
 	check_claim_args(fcinfo);
-	for (int i = 0; i < 4; i++)
+	source = claim_source(fcinfo);
+	nargs = source ? CLAIM_ARGS : CLAIM_ARGS - 1;
+	for (int i = 0; i < CLAIM_ARGS - 1; i++)
 	{
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
 	}
+	nulls[CLAIM_ARGS - 1] = ' ';
+	values[CLAIM_ARGS - 1] = PointerGetDatum(source);
 
 	SPI_connect();
-	plan = outbox_keep_plan(&claim_plan, claim_sql, 4, claim_argtypes, false);
+	plan = source ? outbox_keep_plan(&claim_source_plan, claim_source_sql,
+									 nargs, claim_argtypes, false)
+				  : outbox_keep_plan(&claim_plan, claim_sql, nargs,
+									 claim_argtypes, false);
 	rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));
 	first = (SPI_processed == 1);
 	if (!first)
 	{
-		plan = outbox_keep_plan(&claimed_plan, claimed_sql, 4, claim_argtypes,
-								false);
+		plan = source
+				   ? outbox_keep_plan(&claimed_source_plan, claimed_source_sql,
+									  nargs, claim_argtypes, false)
+				   : outbox_keep_plan(&claimed_plan, claimed_sql, nargs,
+									  claim_argtypes, false);
 		rc = SPI_execute_plan(plan, values, nulls, false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "outbox claim look-up failed: %s",
@@ -127,4 +180,21 @@ check_claim_args(FunctionCallInfo fcinfo)
 		outbox_check_key("biz_type", PG_GETARG_TEXT_PP(2));
 		outbox_check_key("biz_key", PG_GETARG_TEXT_PP(3));
 	}
+}
+
+/*
+ * claim_source: the source claimed for, the fifth argument; NULL without
+ * one (the four-argument form, or a NULL source: an event with no
+ * outbox_source header, sent before 0.3.0).
+ */
+static text *
+claim_source(FunctionCallInfo fcinfo)
+{
+	text *source;
+
+	if (PG_NARGS() < CLAIM_ARGS || PG_ARGISNULL(CLAIM_ARGS - 1))
+		return NULL;
+	source = PG_GETARG_TEXT_PP(CLAIM_ARGS - 1);
+	outbox_check_source(source);
+	return source;
 }

@@ -19,7 +19,9 @@
 #include "outbox.h"
 
 /* Most headers one message carries: event_id, biz_type, biz_key + user's. */
-#define OUTBOX_MAX_HEADERS (3 + OUTBOX_MAX_USER_HEADERS)
+/* event_id, biz_type, biz_key, outbox_source: the relay's own headers. */
+#define OUTBOX_RELAY_HEADERS 4
+#define OUTBOX_MAX_HEADERS (OUTBOX_RELAY_HEADERS + OUTBOX_MAX_USER_HEADERS)
 
 /*
  * One event on its way to Kafka, and what became of it.  The value, key

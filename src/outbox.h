@@ -30,6 +30,7 @@
  * incompressible, still fits in one btree entry (2704 bytes at most).
  */
 #define OUTBOX_CONSUMER_MAX_LEN 256
+#define OUTBOX_SOURCE_MAX_LEN 64 /* a claim's source: a uuid is 36 */
 
 /* Headers an event may carry besides event_id, biz_type and biz_key. */
 #define OUTBOX_MAX_USER_HEADERS 61
@@ -211,6 +212,7 @@ extern char *outbox_topic_from_pattern(const char *pattern, const char *biz_type
 									   int type_len, size_t *len);
 extern int outbox_check_key(const char *name, text *value);
 extern int outbox_check_consumer(text *value);
+extern int outbox_check_source(text *value);
 extern void outbox_check_size(Jsonb *payload, int key_len, size_t header_len);
 extern void outbox_check_bytes_size(size_t value_len, int key_len,
 									size_t header_len);

@@ -15,8 +15,9 @@
  *	 flight.c		the batches Kafka has not answered for, and their bounds
  *	 batch.c		a batch: its rows as messages, the settings it was read with
  *	 event_state.c	rows of outbox.event_state: failures, backoff, death
- *	 sender.c		who the relay is to Kafka in exactly_once: its sender
- *					number and the proof its progress records carry
+ *	 sender.c		who the relay is to Kafka: the source its messages name;
+ *					in exactly_once its sender number and the proof its
+ *					progress records carry
  *	 progress_record.c	a progress record read back from Kafka, taken
  *					apart: untrusted text, no backend state (fuzzed)
  *	 step.c			the transaction bracket around every step
@@ -265,6 +266,7 @@ extern char *relay_eos_transactional_id(void);
 
 /* sender.c */
 extern bool relay_sender_load(void);
+extern const char *relay_source(void);
 extern int64 relay_sender(void);
 extern const char *relay_sender_proof(void);
 extern const char *relay_sender_proof_seen(void);

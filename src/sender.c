@@ -1,7 +1,8 @@
 /*
  * sender.c
- *		Who this relay is to Kafka in exactly_once: a sender number, and
- *		the proof that a progress record is its own.
+ *		Who this relay is to Kafka: the source its messages name, and in
+ *		exactly_once a sender number and the proof that a progress record
+ *		is its own.
  *
  * A physical copy of a cluster (a base backup started as staging, a
  * standby promoted in a split brain) holds the same system identifier,
@@ -22,6 +23,13 @@
  * directory: before it makes a producer it takes a new sender, so that it
  * never fences the original.  A move costs at most the latest Kafka
  * transaction sent again, never a loss.
+ *
+ * The source.  Every message names this database in its outbox_source
+ * header, relay_cursor.source, so that consumers of several databases on
+ * one topic keep their claims apart (claim.c).  Restarts, failover and
+ * pg_upgrade keep it; a restore makes a new one (the restore keeps the
+ * cursor row CREATE EXTENSION made, see _relay_cursor_restore); a copy
+ * takes a new one with its new sender.
  *
  * The proof.  Each producer's start draws a random token and stores it in
  * relay_cursor.proof (in the transaction that catches up, so it is
@@ -50,25 +58,34 @@
 #include "outbox.h"
 #include "relay.h"
 
+/* A uuid as text: 32 hex digits and 4 hyphens. */
+#define UUID_TEXT_LEN 36
+
 /* Random bytes in a proof; it is written as twice as many hex digits. */
 #define PROOF_BYTES 16
 
 static const char *const read_sql =
-	"SELECT sender, sender_place, proof, sender_timeline, proof_seen"
+	"SELECT sender, sender_place, proof, sender_timeline, proof_seen,"
+	"       source::pg_catalog.text"
 	"  FROM outbox.relay_cursor";
 static const char *const claim_sql =
 	"UPDATE outbox.relay_cursor"
 	"   SET sender = $1, sender_place = $2, sender_timeline = $3,"
 	"       proof = CASE WHEN sender = $1 THEN proof END,"
 	"       proof_seen = CASE WHEN sender = $1 THEN proof_seen END";
+static const char *const new_source_sql =
+	"UPDATE outbox.relay_cursor SET source = pg_catalog.gen_random_uuid()"
+	" RETURNING source::pg_catalog.text";
 static const char *const proof_sql =
 	"UPDATE outbox.relay_cursor SET proof = $1, proof_seen = $2";
 
 static SPIPlanPtr read_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr proof_plan = NULL;
+static SPIPlanPtr new_source_plan = NULL;
 
 static int64 sender = 0;
+static char source[UUID_TEXT_LEN + 1] = "";
 static char proof[PROOF_BYTES * 2 + 1] = "";
 static char proof_seen[PROOF_BYTES * 2 + 1] = "";
 
@@ -78,6 +95,7 @@ static void say_promoted(const char *old, const char *place);
 static void say_copy(const char *old, const char *place);
 static void claim(int64 number, const char *place, TimeLineID timeline);
 static void keep_proof(char *to, const char *token);
+static char *take_new_source(void);
 
 /*
  * relay_sender_load: read the relay's sender and proof from
@@ -98,6 +116,7 @@ relay_sender_load(void)
 	int64 was;
 	char *found_place;
 	char *found_proof;
+	char *found_source;
 	TimeLineID found_timeline;
 	TimeLineID timeline = GetWALInsertionTimeLine();
 
@@ -111,6 +130,7 @@ relay_sender_load(void)
 	found = was = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
 	found_place = SPI_getvalue(row, desc, 2);
 	found_proof = SPI_getvalue(row, desc, 3);
+	found_source = SPI_getvalue(row, desc, 6);
 	found_timeline =
 		(TimeLineID) DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (found == 0 || found_place == NULL)
@@ -124,11 +144,13 @@ relay_sender_load(void)
 	{
 		say_copy(found_place, place);
 		found = new_sender();
+		found_source = take_new_source();
 	}
 	if (found != was || found_place == NULL ||
 		strcmp(found_place, place) != 0 || timeline != found_timeline)
 		claim(found, place, timeline);
 	sender = found;
+	strlcpy(source, found_source ? found_source : "", sizeof(source));
 	keep_proof(proof, found == was ? found_proof : NULL);
 	keep_proof(proof_seen, found == was ? SPI_getvalue(row, desc, 5) : NULL);
 	return true;
@@ -161,6 +183,16 @@ say_copy(const char *old, const char *place)
 		 errdetail(
 			 "The identity was chosen at %s; this server is %s, on the same timeline. A copy of a cluster or a moved data directory sends under an identity of its own, so that it never fences another server's relay nor takes that relay's progress for its own. The latest Kafka transaction of the previous identity may be sent again.",
 			 old, place)));
+}
+
+/*
+ * relay_source: this database's source, as every message names it in its
+ * outbox_source header ("" until relay_sender_load read it).
+ */
+const char *
+relay_source(void)
+{
+	return source;
 }
 
 /*
@@ -274,6 +306,23 @@ new_sender(void)
 					 errmsg("outbox relay: could not generate random bytes")));
 	}
 	return (int64) (n & INT64CONST(0x7fffffffffffffff));
+}
+
+/*
+ * take_new_source: a new source for this database (a copy of the cluster
+ * names its events apart from the original's); inside relay_begin.
+ */
+static char *
+take_new_source(void)
+{
+	SPIPlanPtr plan =
+		outbox_keep_plan(&new_source_plan, new_source_sql, 0, NULL, false);
+	int rc = SPI_execute_plan(plan, NULL, NULL, false, 0);
+
+	if (rc != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+		elog(ERROR, "outbox relay: \"%s\" failed: %s", new_source_sql,
+			 SPI_result_code_string(rc));
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
 /*

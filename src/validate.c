@@ -21,7 +21,7 @@
 
 /* Header names the relay sets itself; a user header may not take them. */
 static const char *const reserved_headers[] = {"event_id", "biz_type",
-											   "biz_key"};
+											   "biz_key", "outbox_source"};
 
 /*
  * What librdkafka counts of a message against its message.max.bytes
@@ -34,6 +34,7 @@ static const char *const reserved_headers[] = {"event_id", "biz_type",
  */
 #define RECORD_FRAMING 36
 #define EVENT_ID_MAX_DIGITS 19 /* a positive bigint */
+#define SOURCE_LEN 36          /* a uuid as text */
 
 static size_t varint_size(size_t len);
 
@@ -210,6 +211,16 @@ outbox_check_consumer(text *value)
 }
 
 /*
+ * outbox_check_source: reject an empty or oversized claim source (an
+ * outbox_source header is a uuid); its length in bytes.
+ */
+int
+outbox_check_source(text *value)
+{
+	return check_length("source", value, OUTBOX_SOURCE_MAX_LEN);
+}
+
+/*
  * check_length: value, the argument called name, must have 1 to max_len
  * bytes; returns how many it has.
  */
@@ -339,7 +350,7 @@ outbox_check_headers(Jsonb *headers)
 /*
  * outbox_relay_headers_size: the bytes librdkafka counts for the record
  * framing and the headers the relay adds to every message (event_id,
- * biz_type, biz_key), beside an event's own.
+ * biz_type, biz_key, outbox_source), beside an event's own.
  */
 size_t
 outbox_relay_headers_size(int type_len, int biz_key_len)
@@ -348,7 +359,9 @@ outbox_relay_headers_size(int type_len, int biz_key_len)
 		   varint_size(strlen("event_id")) + varint_size(EVENT_ID_MAX_DIGITS) +
 		   strlen("biz_type") + type_len + varint_size(strlen("biz_type")) +
 		   varint_size(type_len) + strlen("biz_key") + biz_key_len +
-		   varint_size(strlen("biz_key")) + varint_size(biz_key_len);
+		   varint_size(strlen("biz_key")) + varint_size(biz_key_len) +
+		   strlen("outbox_source") + SOURCE_LEN +
+		   varint_size(strlen("outbox_source")) + varint_size(SOURCE_LEN);
 }
 
 /*
@@ -404,7 +417,7 @@ check_header_name(const char *name, int len)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("header name \"%.*s\" is reserved", len, name),
 				 errdetail(
-					 "The relay sets the headers event_id, biz_type and biz_key on every message.")));
+					 "The relay sets the headers event_id, biz_type, biz_key and outbox_source on every message.")));
 	}
 }
 

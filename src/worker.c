@@ -477,7 +477,7 @@ ensure_producer(void)
 			LOG,
 			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
 			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
-	if (outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE && !know_sender())
+	if (!know_sender())
 		return false;
 	transactional_id = outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE
 						   ? relay_eos_transactional_id()
@@ -548,8 +548,9 @@ check_sizes(void)
 }
 
 /*
- * know_sender: read the relay's sender (sender.c) before a transactional
- * producer is made with it; false if it could not be read now.
+ * know_sender: read the relay's source and sender (sender.c) before a
+ * producer is made: its messages name the one, a transactional producer's
+ * id the other; false if they could not be read now.
  */
 static bool
 know_sender(void)

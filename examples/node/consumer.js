@@ -25,8 +25,8 @@ async function handle(db, message) {
   await db.query('BEGIN');
   try {
     // event_id is decimal text in the header: cast it in the SQL.
-    const { rows } = await db.query('SELECT outbox.claim($1, $2::bigint, $3, $4) AS claimed',
-      [CONSUMER, h.event_id, h.biz_type, h.biz_key]);
+    const { rows } = await db.query('SELECT outbox.claim($1, $2::bigint, $3, $4, $5) AS claimed',
+      [CONSUMER, h.event_id, h.biz_type, h.biz_key, h.outbox_source]);
     if (rows[0].claimed) {
       await db.query(`INSERT INTO reservations (order_id, sku, qty, event_id)
                       VALUES ($1, $2, $3, $4::bigint)`,

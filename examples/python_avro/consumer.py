@@ -34,8 +34,9 @@ def handle(conn, headers, order):
     with conn.transaction():
         # event_id is decimal text in the header: cast it in the SQL.
         claimed = conn.execute(
-            "SELECT outbox.claim(%s, %s::bigint, %s, %s)",
-            (CONSUMER, headers["event_id"], headers["biz_type"], headers["biz_key"]),
+            "SELECT outbox.claim(%s, %s::bigint, %s, %s, %s)",
+            (CONSUMER, headers["event_id"], headers["biz_type"], headers["biz_key"],
+             headers["outbox_source"]),
         ).fetchone()[0]
         if claimed:
             conn.execute(

@@ -16,7 +16,8 @@ CREATE ROLE fuzz_app;
 CREATE ROLE fuzz_none;
 GRANT USAGE ON SCHEMA outbox TO fuzz_app;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, text, jsonb, text, jsonb, text),
-                          outbox.claim(text, bigint, text, text) TO fuzz_app;
+                          outbox.claim(text, bigint, text, text),
+                          outbox.claim(text, bigint, text, text, text) TO fuzz_app;
 
 CREATE TYPE fuzz.case_t AS (
     case_no      integer,
@@ -410,7 +411,10 @@ LANGUAGE sql AS $$
         ($q$SELECT outbox.claim('c', 9223372036854775808)$q$, 'parse', '{42883}'),
         ($q$SELECT outbox.claim('c', true)$q$, 'parse', '{42883}'),
         ($q$SELECT outbox.claim('c', 1, 2, 3)$q$, 'parse', '{42883}'),
-        ($q$SELECT outbox.claim('c', 1, 't', 'k', 'x')$q$, 'parse', '{42883}'),
+        ($q$SELECT outbox.claim('c', 1, 't', 'k', 'x', 'y')$q$, 'parse', '{42883}'),
+        ($q$SELECT outbox.claim('c', 1, 't', 'k', 'x')$q$, 'call', '{ok}'),
+        ($q$SELECT outbox.claim('c', 1, 't', 'k', '')$q$, 'call', '{22023}'),
+        ($q$SELECT outbox.claim('c', 1, 't', 'k', repeat('s', 65))$q$, 'call', '{22001}'),
         ($q$SELECT outbox.claim(1, 1)$q$, 'parse', '{42883}'),
         ($q$SELECT outbox.claim(consumer => 'c')$q$, 'parse', '{42883}'),
         ($q$SELECT outbox.claim('c', event_id => '1', event_id => '2')$q$, 'parse', '{42601}'),

@@ -2,7 +2,8 @@
 # broker.  Every case uses a topic of its own and checks what a real
 # consumer read, not what the outbox tables claim.
 
-# Events arrive once each with the exact key, headers and compact payload.
+# Events arrive once each with the exact key, headers (the relay's own,
+# outbox_source naming this database, then the event's) and compact payload.
 t_delivery() {
     local topic=it.delivery out=$IT_TMP/delivery.tsv
     sql "SELECT count(outbox.enqueue('OrderCreated', 'd-' || i,
@@ -19,6 +20,7 @@ t_delivery() {
            AND g.value::jsonb = l.payload
            AND g.value !~ '\": |, '
            AND g.headers = 'event_id=' || l.id || ',biz_type=' || l.biz_type || ',biz_key=' || l.biz_key
+                           || ',outbox_source=' || (SELECT source FROM outbox.relay_cursor)
                            || ',tenant=acme,traceparent=' || (l.headers->>'traceparent')")" 50
     expect "distinct events" "$(sql "SELECT count(DISTINCT event_id) FROM got_delivery")" 50
     wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"

@@ -82,7 +82,8 @@ t_eos_forged_progress() {
 # A copy of the cluster (pg_basebackup, started as a server of its own,
 # not a standby) beside the original, both exactly_once on the same Kafka,
 # both enqueueing to one topic, then each given a new producer in turn:
-# the copy takes a new Kafka identity (it never fences the original), the
+# the copy takes a new Kafka identity (it never fences the original) and
+# a source of its own (its events are not the original's), the
 # original keeps delivering, and every event either marks sent is in
 # Kafka.  Before, the copy fenced the original, and the original, once
 # reloaded, took the copy's progress for its own and marked its own
@@ -126,6 +127,8 @@ t_eos_copy_beside() {
     done
     [ "$(sql "SELECT sender FROM outbox.relay_cursor")" != "$(copy_sql "SELECT sender FROM outbox.relay_cursor")" ] \
         || fail "the copy sends under the original's identity"
+    [ "$(sql "SELECT source FROM outbox.relay_cursor")" != "$(copy_sql "SELECT source FROM outbox.relay_cursor")" ] \
+        || fail "the copy's events name the original's source"
     consume $topic 180 30000 3000 >"$out"
     load_consumed got_copy "$out"
     expect "events of either server marked sent and not in Kafka" \

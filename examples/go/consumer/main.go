@@ -49,8 +49,9 @@ func handle(ctx context.Context, conn *pgx.Conn, consumer string, r *kgo.Record)
 	eventID := header(r, "event_id") // decimal text: cast in the SQL
 	var claimed bool
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, "SELECT outbox.claim($1, $2::bigint, $3, $4)",
-			consumer, eventID, header(r, "biz_type"), header(r, "biz_key")).Scan(&claimed)
+		err := tx.QueryRow(ctx, "SELECT outbox.claim($1, $2::bigint, $3, $4, $5)",
+			consumer, eventID, header(r, "biz_type"), header(r, "biz_key"),
+			header(r, "outbox_source")).Scan(&claimed)
 		if err != nil || !claimed {
 			return err
 		}

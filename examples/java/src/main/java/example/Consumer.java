@@ -33,7 +33,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  */
 public final class Consumer {
     /** event_id is decimal text in the header: bound as a string, cast in the SQL. */
-    static final String CLAIM = "SELECT outbox.claim(?, ?::bigint, ?, ?)";
+    static final String CLAIM = "SELECT outbox.claim(?, ?::bigint, ?, ?, ?)";
 
     /** The JDK has no JSON parser: the database reads the payload (jsonb). */
     static final String RESERVE = "INSERT INTO reservations (order_id, sku, qty, event_id)"
@@ -57,6 +57,7 @@ public final class Consumer {
                 st.setString(2, eventId);
                 st.setString(3, header(r, "biz_type"));
                 st.setString(4, header(r, "biz_key"));
+                st.setString(5, header(r, "outbox_source"));
                 try (ResultSet rs = st.executeQuery()) {
                     rs.next();
                     claimed = rs.getBoolean(1);
