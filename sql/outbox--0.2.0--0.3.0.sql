@@ -103,6 +103,7 @@ ALTER TABLE outbox.relay_cursor ADD COLUMN source uuid NOT NULL DEFAULT pg_catal
                                 ADD COLUMN sender bigint NOT NULL DEFAULT 0,
                                 ADD COLUMN sender_place text,
                                 ADD COLUMN sender_timeline integer,
+                                ADD COLUMN sender_system text,
                                 ADD COLUMN proof text,
                                 ADD COLUMN proof_seen text;
 WITH c AS (

@@ -166,6 +166,7 @@ CREATE TABLE outbox.relay_cursor (
     sender          bigint      NOT NULL DEFAULT 0,
     sender_place    text,
     sender_timeline integer,
+    sender_system   text,
     proof           text,
     proof_seen      text,
     CONSTRAINT relay_cursor_pkey PRIMARY KEY (singleton),

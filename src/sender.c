@@ -14,14 +14,17 @@
  * The sender.  outbox.relay_cursor.sender joins the system identifier and
  * the database OID in the transactional.id and the progress key; beside it
  * sender_place says where the relay that chose it runs (host name, port,
- * data directory) and sender_timeline on which WAL timeline.  A relay that
- * finds itself elsewhere on a later timeline is a promoted standby (or a
- * server restored to a point in time): it keeps the sender, and so fences
- * the relay of the primary it replaced, and takes that relay's latest
- * progress.  Elsewhere on the same timeline it is a copy (a base backup or
- * a stopped data directory started as another server) or a moved data
- * directory: before it makes a producer it takes a new sender, so that it
- * never fences the original.  A move costs at most the latest Kafka
+ * data directory), sender_timeline on which WAL timeline and
+ * sender_system in which cluster (system identifier).  A relay that finds
+ * itself elsewhere on a later timeline is a promoted standby (or a server
+ * restored to a point in time): it keeps the sender, and so fences the
+ * relay of the primary it replaced, and takes that relay's latest
+ * progress.  In another cluster (pg_upgrade makes a new system
+ * identifier, and so a new transactional.id) it keeps the sender and the
+ * source.  Elsewhere in the same cluster on the same timeline it is a copy
+ * (a base backup or a stopped data directory started as another server)
+ * or a moved data directory: before it makes a producer it takes a new
+ * sender, so that it never fences the original.  A move costs at most the latest Kafka
  * transaction sent again, never a loss.
  *
  * The source.  Every message names this database in its outbox_source
@@ -66,11 +69,12 @@
 
 static const char *const read_sql =
 	"SELECT sender, sender_place, proof, sender_timeline, proof_seen,"
-	"       source::pg_catalog.text"
+	"       source::pg_catalog.text, sender_system"
 	"  FROM outbox.relay_cursor";
 static const char *const claim_sql =
 	"UPDATE outbox.relay_cursor"
 	"   SET sender = $1, sender_place = $2, sender_timeline = $3,"
+	"       sender_system = $4,"
 	"       proof = CASE WHEN sender = $1 THEN proof END,"
 	"       proof_seen = CASE WHEN sender = $1 THEN proof_seen END";
 static const char *const new_source_sql =
@@ -93,7 +97,8 @@ static char *this_place(void);
 static int64 new_sender(void);
 static void say_promoted(const char *old, const char *place);
 static void say_copy(const char *old, const char *place);
-static void claim(int64 number, const char *place, TimeLineID timeline);
+static void claim(int64 number, const char *place, TimeLineID timeline,
+				  const char *system);
 static void keep_proof(char *to, const char *token);
 static char *take_new_source(void);
 
@@ -117,6 +122,8 @@ relay_sender_load(void)
 	char *found_place;
 	char *found_proof;
 	char *found_source;
+	char *found_system;
+	char *system = psprintf(UINT64_FORMAT, GetSystemIdentifier());
 	TimeLineID found_timeline;
 	TimeLineID timeline = GetWALInsertionTimeLine();
 
@@ -131,13 +138,15 @@ relay_sender_load(void)
 	found_place = SPI_getvalue(row, desc, 2);
 	found_proof = SPI_getvalue(row, desc, 3);
 	found_source = SPI_getvalue(row, desc, 6);
+	found_system = SPI_getvalue(row, desc, 7);
 	found_timeline =
 		(TimeLineID) DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (found == 0 || found_place == NULL)
 		found = new_sender();
-	else if (strcmp(found_place, place) == 0 || timeline > found_timeline)
+	else if (strcmp(found_place, place) == 0 || timeline > found_timeline ||
+			 strcmp(found_system ? found_system : "", system) != 0)
 	{
-		if (strcmp(found_place, place) != 0)
+		if (strcmp(found_place, place) != 0 && timeline > found_timeline)
 			say_promoted(found_place, place);
 	}
 	else
@@ -147,8 +156,9 @@ relay_sender_load(void)
 		found_source = take_new_source();
 	}
 	if (found != was || found_place == NULL ||
-		strcmp(found_place, place) != 0 || timeline != found_timeline)
-		claim(found, place, timeline);
+		strcmp(found_place, place) != 0 || timeline != found_timeline ||
+		strcmp(found_system ? found_system : "", system) != 0)
+		claim(found, place, timeline, system);
 	sender = found;
 	strlcpy(source, found_source ? found_source : "", sizeof(source));
 	keep_proof(proof, found == was ? found_proof : NULL);
@@ -326,18 +336,20 @@ take_new_source(void)
 }
 
 /*
- * claim: record that the relay at place, on timeline, sends as number; a
- * proof holds only for the number it was drawn for.
+ * claim: record that the relay at place, on timeline, in the cluster of
+ * system identifier system, sends as number; a proof holds only for the
+ * number it was drawn for.
  */
 static void
-claim(int64 number, const char *place, TimeLineID timeline)
+claim(int64 number, const char *place, TimeLineID timeline, const char *system)
 {
-	Oid types[3] = {INT8OID, TEXTOID, INT4OID};
-	Datum values[3];
+	Oid types[4] = {INT8OID, TEXTOID, INT4OID, TEXTOID};
+	Datum values[4];
 
 	values[0] = Int64GetDatum(number);
 	values[1] = CStringGetTextDatum(place);
 	values[2] = Int32GetDatum((int32) timeline);
-	relay_run_plan(&claim_plan, claim_sql, 3, types, values, SPI_OK_UPDATE,
+	values[3] = CStringGetTextDatum(system);
+	relay_run_plan(&claim_plan, claim_sql, 4, types, values, SPI_OK_UPDATE,
 				   false);
 }
