@@ -84,7 +84,8 @@ fuzz:
 
 # The mutation check: plausible bugs applied one at a time to a copy of
 # the source, each caught by the checks it names (test/mutations/run;
-# too slow for make test).  MUTATIONS="name ..." runs only those.
+# make test runs the short version, --ci).  MUTATIONS="name ..." runs only
+# those.
 mutations:
 	test/mutations/run $(MUTATIONS)
 
