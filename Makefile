@@ -11,7 +11,8 @@ OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan
              src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
              src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
              src/redact.o src/kafka_scrub.o src/exactly_once.o src/kafka_txn.o src/utility.o \
-             src/db_settings.o src/sender.o src/progress_record.o
+             src/db_settings.o src/sender.o src/progress_record.o \
+             src/kafka_conf_help.o
 DATA       = $(wildcard sql/outbox--*.sql)
 SHLIB_LINK = -lrdkafka
 PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \

@@ -100,6 +100,8 @@ static uint64 acked_at_begin = 0;       /* outbox_kafka_acked_seq() then */
 static TimestampTz ending_since = 0;    /* a commit or abort unfinished */
 static bool said_slow = false;          /* ... and said so */
 static bool progress_read = false;
+/* The start waits for the progress topic, not for init_transactions. */
+static bool progress_reading = false;
 static TimestampTz init_since = 0;
 static bool said_waiting = false;
 static bool said_foreign = false; /* records not this relay's were found */
@@ -316,7 +318,8 @@ prepare(TimestampTz now)
 	pgstat_report_activity(
 		STATE_RUNNING, "initializing Kafka transactions (init_transactions)");
 	result = outbox_kafka_txn_init(TXN_STEP_MS, why, sizeof(why));
-	if (result == KAFKA_TXN_DONE && !progress_read)
+	progress_reading = result == KAFKA_TXN_DONE && !progress_read;
+	if (progress_reading)
 	{
 		char *id = relay_eos_transactional_id();
 		char *found = NULL;
@@ -413,17 +416,20 @@ move_cursor(const ProgressRecord *p)
 			relay_set_state(p->held[i], "new", 0, 0, NULL);
 		ereport(
 			LOG,
-			(errmsg(
-				"outbox relay: the latest Kafka transaction was committed but not recorded; outbox.relay_cursor moved to its end")));
+			(errmsg("outbox relay: the latest Kafka transaction was committed but not recorded"),
+			 errdetail(
+				 "outbox.relay_cursor was moved to the transaction's end, so that its events are not sent again.")));
 		return;
 	}
 	ereport(
 		WARNING,
-		(errmsg("outbox relay: outbox.relay_cursor is not where the latest committed Kafka transaction began or ended; it is kept"),
-		 errdetail("Cursor: %s; the transaction: from %s to %s.", place,
-				   p->from, p->to),
+		(errmsg("outbox relay: outbox.relay_cursor is not where the latest committed Kafka transaction began or ended"),
+		 errdetail(
+			 "The cursor is kept: %s; the transaction went from %s to %s. "
+			 "After a restore or a failover that lost commits, events after the cursor may be sent again.",
+			 place, p->from, p->to),
 		 errhint(
-			 "After a restore or a failover that lost commits, events after the cursor may be sent again.")));
+			 "Make consumers claim events with outbox.claim, which refuses an event applied before.")));
 }
 
 /*
@@ -889,8 +895,12 @@ ending(KafkaTxnResult result, const char *doing, const char *why)
 	outbox_status_error(text);
 	ereport(
 		LOG,
-		(errmsg("outbox relay: Kafka has not finished %s a transaction in %d s: %s; still trying",
-				doing, PATIENCE_MS / 1000, why)));
+		(errmsg("outbox relay: Kafka has not finished %s a transaction in %d s",
+				doing, PATIENCE_MS / 1000),
+		 errdetail(
+			 "The cause Kafka gave: %s. The relay goes on trying; the coordinator aborts a transaction left open past transaction.timeout.ms.",
+			 why),
+		 errhint("Check the transaction coordinator's broker and its log.")));
 }
 
 /*
@@ -921,12 +931,29 @@ wait_said(TimestampTz now, const char *why)
 		!TimestampDifferenceExceeds(init_since, now, PATIENCE_MS))
 		return;
 	said_waiting = true;
+	if (progress_reading)
+	{
+		snprintf(text, sizeof(text), "the progress topic cannot be read: %s",
+				 why);
+		outbox_status_error(text);
+		ereport(
+			LOG,
+			(errmsg("outbox relay: the progress topic \"%s\" could not be read within %d s",
+					outbox_progress_topic, PATIENCE_MS / 1000),
+			 errdetail(
+				 "The cause Kafka gave: %s. In exactly_once the relay sends nothing before it has read where its last transaction ended.",
+				 why),
+			 errhint("Grant the relay's principal Describe, Read and Write on topic \"%s\" and Describe and Write on its transactional.id, or set outbox.delivery = at_least_once.",
+					 outbox_progress_topic)));
+		return;
+	}
 	snprintf(text, sizeof(text), "Kafka transactions cannot start: %s", why);
 	outbox_status_error(text);
 	ereport(
 		LOG,
-		(errmsg("outbox relay: outbox.delivery is exactly_once, but Kafka transactions could not start within %d s: %s",
-				PATIENCE_MS / 1000, why),
+		(errmsg("outbox relay: outbox.delivery is exactly_once, but Kafka transactions could not start within %d s",
+				PATIENCE_MS / 1000),
+		 errdetail("The cause Kafka gave: %s.", why),
 		 errhint(
 			 "The cluster needs a transaction coordinator: transaction.state.log.replication.factor and transaction.state.log.min.isr must not exceed the brokers running; or set outbox.delivery = at_least_once.")));
 }

@@ -167,7 +167,9 @@ check_delay(TimestampTz now)
 				(errmsg("outbox backlog: the oldest unsent event is %.0f s old, %lld events wait",
 						delay, (long long) backlog),
 				 errdetail("outbox.alert_delay is %d s.", outbox_alert_delay),
-				 errhint("See outbox.relay_status() and outbox.stats.")));
+				 errhint("See why in the state and last_error of "
+						 "outbox.relay_status(), and what waits in "
+						 "outbox.stats.")));
 			last_warning = now;
 		}
 		alerting = true;

@@ -176,6 +176,7 @@ static KnownTopic known_topics[KNOWN_TOPICS];
 static char latest_problem[LOG_LINE_LEN]; /* latest warning, "" after a delivery */
 static bool problem_unsaid = false;       /* not yet published */
 static char stalled_topic[256]; /* of the latest message not acknowledged */
+static char start_problem[512]; /* why the latest producer was not made */
 
 static rd_kafka_conf_t *make_conf(const char *brokers, const char *properties,
 								  const char *transactional_id, char *problem,
@@ -230,33 +231,50 @@ bool
 outbox_kafka_start(const char *brokers, const char *properties,
 				   const char *transactional_id)
 {
-	char problem[512];
+	char *problem = start_problem;
+	size_t size = sizeof(start_problem);
+	const char *property;
 	rd_kafka_conf_t *conf;
 
 	Assert(producer == NULL);
 	outbox_scrub_forget();
 	scrub_values_of(properties);
-	conf = make_conf(brokers, properties, transactional_id, problem,
-					 sizeof(problem));
+	conf = make_conf(brokers, properties, transactional_id, problem, size);
 	if (conf == NULL)
 	{
-		outbox_scrub(problem, problem, sizeof(problem));
-		ereport(LOG,
-				(errmsg("outbox relay: unusable Kafka settings: %s", problem),
-				 errhint("Fix outbox.kafka_properties and reload.")));
+		outbox_scrub(problem, problem, size);
+		ereport(LOG, (errmsg("outbox relay: unusable Kafka settings"),
+					  errdetail("%s", problem),
+					  errhint("Fix outbox.kafka_properties and reload.")));
+		return false;
+	}
+	if (outbox_kafka_unreadable_file(conf, problem, size, &property))
+	{
+		rd_kafka_conf_destroy(conf);
+		ereport(LOG, (errmsg("outbox relay: %s", problem),
+					  errdetail("librdkafka reads it to connect to Kafka."),
+					  errhint("Make the file readable by the operating system user "
+							  "the server runs as, or fix property \"%s\" in "
+							  "outbox.kafka_properties, and reload.",
+							  property)));
 		return false;
 	}
 	/* On success rd_kafka_new owns conf; on failure it is ours to free. */
-	producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, problem, sizeof(problem));
+	producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, problem, size);
 	if (producer == NULL)
 	{
 		rd_kafka_conf_destroy(conf);
-		outbox_scrub(problem, problem, sizeof(problem));
+		outbox_scrub(problem, problem, size);
 		ereport(LOG,
-				(errmsg("outbox relay: could not create the Kafka producer: %s",
-						problem)));
+				(errmsg("outbox relay: could not create the Kafka producer"),
+				 errdetail("librdkafka: %s", problem),
+				 errhint("Check that the security settings in "
+						 "outbox.kafka_properties match the brokers' listener "
+						 "and that the files they name hold what they should, "
+						 "and reload.")));
 		return false;
 	}
+	start_problem[0] = '\0';
 	rd_kafka_set_log_queue(producer, NULL);
 	generation++;
 	transactional = transactional_id != NULL;
@@ -836,6 +854,7 @@ apply_entry(rd_kafka_conf_t *conf, char *entry, int position, char *problem,
 	char *eq = strchr(entry, '=');
 	char *key;
 	char why[256];
+	char range[256];
 	rd_kafka_conf_res_t res;
 
 	if (eq == NULL && *trimmed(entry) == '\0')
@@ -856,6 +875,12 @@ apply_entry(rd_kafka_conf_t *conf, char *entry, int position, char *problem,
 	if (res == RD_KAFKA_CONF_UNKNOWN)
 		snprintf(problem, size, "Entry %d names no property librdkafka knows.",
 				 position);
+	else if (res != RD_KAFKA_CONF_OK &&
+			 outbox_kafka_property_range(key, range, sizeof(range)))
+		snprintf(problem, size,
+				 "Property \"%.64s\" was refused by librdkafka (entry %d): it "
+				 "takes %s.",
+				 key, position, range);
 	else if (res != RD_KAFKA_CONF_OK)
 		snprintf(problem, size,
 				 "Property \"%.64s\" was refused by librdkafka (entry %d).",
@@ -1059,6 +1084,16 @@ outbox_kafka_new_problem(void)
 		return NULL;
 	problem_unsaid = false;
 	return latest_problem;
+}
+
+/*
+ * outbox_kafka_start_problem: why the latest outbox_kafka_start failed,
+ * with nothing of a secret in it; "" if it did not.
+ */
+const char *
+outbox_kafka_start_problem(void)
+{
+	return start_problem;
 }
 
 /*

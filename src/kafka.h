@@ -2,10 +2,10 @@
  * kafka.h
  *		The relay's Kafka producer, as seen by the rest of the extension.
  *
- * Only kafka.c and kafka_txn.c include rdkafka.h; everything else deals in
- * OutboxMessage.  Nothing in kafka.c waits: the worker's loop waits on
- * outbox_kafka_wake_fd().  kafka_txn.c's calls wait, each for at most the
- * time its caller gives.
+ * Only kafka.c, kafka_txn.c and kafka_conf_help.c include rdkafka.h;
+ * everything else deals in OutboxMessage.  Nothing in kafka.c waits: the
+ * worker's loop waits on outbox_kafka_wake_fd().  kafka_txn.c's calls
+ * wait, each for at most the time its caller gives.
  *
  * src/kafka.h
  */
@@ -111,6 +111,14 @@ extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties, char *problem,
 										  size_t size, const char **hint);
 extern void outbox_kafka_forget_problem(void);
+extern const char *outbox_kafka_start_problem(void);
+
+/* kafka_conf_help.c */
+struct rd_kafka_conf_s;
+extern bool outbox_kafka_property_range(const char *key, char *out, size_t size);
+extern bool outbox_kafka_unreadable_file(struct rd_kafka_conf_s *conf,
+										 char *problem, size_t size,
+										 const char **property);
 
 /* kafka_scrub.c */
 extern void outbox_scrub_forget(void);

@@ -380,8 +380,9 @@ list_databases(void)
 	if (!any && outbox_database[0] != '\0' && !said_missing)
 		ereport(
 			LOG,
-			(errmsg("outbox launcher: database \"%s\" does not exist or takes no connections; no relay runs",
+			(errmsg("outbox launcher: database \"%s\" does not exist or takes no connections",
 					outbox_database),
+			 errdetail("outbox.database names it, so no relay runs."),
 			 errhint(
 				 "Set outbox.database to a database where CREATE EXTENSION outbox was run, or leave it empty for every such database, and reload.")));
 	said_missing |= !any && outbox_database[0] != '\0';
@@ -513,8 +514,9 @@ reap(Database *db, TimestampTz now)
 	if (db->absent && outbox_database[0] != '\0')
 		ereport(
 			LOG,
-			(errmsg("outbox launcher: database \"%s\" has no extension outbox; no relay runs there",
+			(errmsg("outbox launcher: database \"%s\" has no extension outbox",
 					db->name),
+			 errdetail("outbox.database names it, so no relay runs."),
 			 errhint(
 				 "Run CREATE EXTENSION outbox there, or set outbox.database to the database that has it.")));
 }

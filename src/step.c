@@ -140,9 +140,10 @@ version_current(Oid ext)
 		ereport(
 			WARNING,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("outbox relay: the extension here is version %s, the server's library is %s; the relay waits",
+			 errmsg("outbox relay: the extension here is version %s, the server's library is %s",
 					version ? version : "unknown", OUTBOX_VERSION),
-			 errdetail("Events are kept and sent once the extension is updated."),
+			 errdetail(
+				 "The relay waits: events are kept and sent once the extension is updated."),
 			 errhint("Run ALTER EXTENSION outbox UPDATE in this database.")));
 		version_said = true;
 	}

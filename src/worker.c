@@ -324,8 +324,9 @@ apply_reload(void)
 	{
 		ereport(
 			LOG,
-			(errmsg(
-				"outbox relay: the outbox settings of this database changed; the relay restarts to apply them")));
+			(errmsg("outbox relay: restarting to apply changed outbox settings"),
+			 errdetail(
+				 "Outbox settings set with ALTER DATABASE or ALTER ROLE take effect when the relay starts.")));
 		proc_exit(0);
 	}
 	pfree(now_set);
@@ -418,8 +419,8 @@ lock_waited(const char *what, ErrorData *edata)
 	char error[OUTBOX_ERROR_LEN];
 	int free_slot = -1;
 
-	snprintf(error, sizeof(error), "waited over %d ms for a lock while %s",
-			 RELAY_LOCK_TIMEOUT_MS, relay_activity());
+	snprintf(error, sizeof(error), "gave up waiting for a lock while %s",
+			 relay_activity());
 	outbox_status_state(RELAY_STATE_WAITING_FOR_LOCK);
 	outbox_status_error(error);
 	for (int i = 0; i < RELAY_GUARDED_STEPS; i++)
@@ -431,13 +432,15 @@ lock_waited(const char *what, ErrorData *edata)
 	}
 	if (free_slot >= 0)
 		lock_waiting[free_slot] = what;
-	ereport(
-		WARNING,
-		(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-		 errmsg("outbox relay: %s %s; it is tried again", what, error),
-		 edata->context ? errdetail("%s", edata->context) : 0,
-		 errhint("Another session holds a lock the relay needs (see pg_locks); a line follows when %s gets its locks again.",
-				 what)));
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("outbox relay: gave up waiting for a lock while %s", what),
+			 errdetail("The relay waited %d ms and tries again later.",
+					   RELAY_LOCK_TIMEOUT_MS),
+			 edata->context ? errcontext("%s", edata->context) : 0,
+			 errhint("Find the session holding the lock in pg_locks and end its "
+					 "transaction. A message follows when the relay gets its locks "
+					 "again.")));
 }
 
 /*
@@ -452,7 +455,8 @@ lock_got(const char *what)
 		if (lock_waiting[i] != NULL && strcmp(lock_waiting[i], what) == 0)
 		{
 			lock_waiting[i] = NULL;
-			ereport(LOG, (errmsg("outbox relay: %s got its locks again", what)));
+			ereport(LOG, (errmsg("outbox relay: got its locks again while %s",
+								 what)));
 			set_state(RELAY_STATE_SENDING);
 		}
 	}
@@ -475,7 +479,8 @@ ensure_producer(void)
 	if (outbox_kafka_brokers[0] == '\0')
 		ereport(
 			LOG,
-			(errmsg("outbox relay: outbox.kafka_brokers is not set; the relay is idle"),
+			(errmsg("outbox relay: outbox.kafka_brokers is not set"),
+			 errdetail("The relay sends nothing until it is."),
 			 errhint("Set outbox.kafka_brokers in postgresql.conf and reload.")));
 	if (!know_sender())
 		return false;
@@ -486,11 +491,15 @@ ensure_producer(void)
 		!outbox_kafka_start(outbox_kafka_brokers, outbox_kafka_properties,
 							transactional_id))
 	{
+		char text[OUTBOX_ERROR_LEN];
+
 		/* Said once in the log; tried again after the next reload. */
 		wait_for_reload = true;
+		snprintf(text, sizeof(text), "unusable Kafka settings: %s",
+				 outbox_kafka_start_problem());
 		outbox_status_error(outbox_kafka_brokers[0] == '\0'
 								? "outbox.kafka_brokers is not set"
-								: "unusable Kafka settings; see the server log");
+								: text);
 		set_state(RELAY_STATE_UNCONFIGURED);
 		return false;
 	}
@@ -591,8 +600,9 @@ tend_producer(TimestampTz now)
 		halt_producer(relay_eos_halted());
 	if (outbox_kafka_running() && relay_eos_broken() != NULL)
 	{
-		ereport(LOG, (errmsg("outbox relay: %s; a new producer is made",
-							 relay_eos_broken())));
+		ereport(LOG,
+				(errmsg("outbox relay: making a new Kafka producer"),
+				 errdetail("The producer failed: %s.", relay_eos_broken())));
 		outbox_status_error(relay_eos_broken());
 	}
 	if (outbox_kafka_running() &&
@@ -630,10 +640,10 @@ halt_producer(const char *why)
 {
 	ereport(
 		LOG,
-		(errmsg("outbox relay: %s; the relay sends nothing until a reload", why),
+		(errmsg("outbox relay: stopped sending until a reload"),
 		 errdetail(
-			 "A relay with the same transactional.id (%s) started elsewhere: the relay of a promoted standby, or a copy of this cluster.",
-			 relay_eos_transactional_id()),
+			 "The producer cannot go on: %s. A relay with the same transactional.id (%s) started elsewhere: the relay of a promoted standby, or a copy of this cluster.",
+			 why, relay_eos_transactional_id()),
 		 errhint(
 			 "Set outbox.delivery = at_least_once, or fix the cause, and reload.")));
 	stop_producer_now();
@@ -677,9 +687,9 @@ round_step(void *arg)
 	{
 		ereport(
 			LOG,
-			(errmsg("outbox relay: the extension was created again; the relay starts clean"),
+			(errmsg("outbox relay: the extension was created again"),
 			 errdetail(
-				 "What it was sending from the dropped extension is not recorded in the new one.")));
+				 "The relay starts clean: what it was sending from the dropped extension is not recorded in the new one.")));
 		relay_flight_drop_all(true);
 		relay_first_sends_restart();
 		read_wanted = true;
@@ -997,10 +1007,12 @@ log_stall(bool now_stalled)
 
 		ereport(
 			LOG,
-			(errmsg("outbox relay: Kafka did not acknowledge the events sent; they are sent again after a backoff"),
-			 errdetail("%s", reason),
+			(errmsg("outbox relay: Kafka did not acknowledge the events sent"),
+			 errdetail(
+				 "The cause Kafka gave: %s. The events are sent again after a backoff.",
+				 reason),
 			 errhint(
-				 "See outbox.relay_status(); a line follows when Kafka acknowledges again.")));
+				 "Check that the brokers in outbox.kafka_brokers run and are reachable from this server. Until Kafka acknowledges again, outbox.relay_status() shows state \"broker unreachable\"; a message follows when it does.")));
 		outbox_status_error(reason);
 		pfree(reason);
 	}

@@ -354,7 +354,8 @@ t_eos_commit_fatal() {
     mock_eos_ready $topic || return
     pid=$(relay_pid)
     mock_eos_commits_answered $topic 1 48 # INVALID_TXN_STATE
-    log_shows 'outbox relay: could not commit a Kafka transaction: .*; a new producer is made'
+    log_shows 'outbox relay: making a new Kafka producer'
+    log_shows 'DETAIL:  The producer failed: could not commit a Kafka transaction: '
     arrive_once $topic 10 "$MOCK_BROKERS"
     relay_steady "$pid"
     set_delivery at_least_once
@@ -369,7 +370,8 @@ t_eos_commit_slow() {
     mock_eos_ready $topic || return
     pid=$(relay_pid)
     mock_eos_commits_answered $topic 100000 51 # CONCURRENT_TRANSACTIONS
-    log_shows 'outbox relay: Kafka has not finished committing a transaction in 15 s: .*; still trying'
+    log_shows 'outbox relay: Kafka has not finished committing a transaction in 15 s'
+    log_shows 'DETAIL:  The cause Kafka gave: .*The relay goes on trying'
     status_shows 'Kafka has not finished committing a transaction'
     mock clear 26
     log_shows 'outbox relay: Kafka finished committing the transaction'

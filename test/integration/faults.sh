@@ -417,6 +417,11 @@ t_bad_kafka_property() {
     out=$(alter_system "ALTER SYSTEM SET outbox.kafka_properties = 'linger.ms=Hidden-Value-2'")
     [[ "$out" == *'ERROR:  22023: invalid value for parameter "outbox.kafka_properties"'* && "$out" == *'Property "linger.ms" was refused'* ]] \
         || fail "bad value: no 22023 error naming linger.ms: $out"
+    [[ "$out" == *'Property "linger.ms" was refused by librdkafka (entry 1): it takes 0 .. '* ]] \
+        || fail "bad value: the error does not say what linger.ms takes: $out"
+    out=$(alter_system "ALTER SYSTEM SET outbox.kafka_properties = 'security.protocol=Hidden-Value-4'")
+    [[ "$out" == *'it takes plaintext, ssl, sasl_plaintext, sasl_ssl.'* ]] \
+        || fail "bad choice: the error does not name security.protocol's choices: $out"
     [[ "$out" != *Hidden-Value* ]] || fail "a refused value was shown to the client: $out"
 
     # By hand, reloaded: refused, the previous value stays.
@@ -448,15 +453,32 @@ t_bad_kafka_property() {
     pid=$(relay_pid)
     LOG_MARK=$(log_mark)
     set_setting outbox.kafka_properties "max.in.flight=10"
-    log_shows 'outbox relay: could not create the Kafka producer: `max.in.flight` must be set <= 5 when `enable.idempotence` is true'
+    log_shows 'outbox relay: could not create the Kafka producer'
+    log_shows 'DETAIL:  librdkafka: `max.in.flight` must be set <= 5 when `enable.idempotence` is true'
+    log_shows 'HINT:  Check that the security settings in outbox.kafka_properties'
     state_is 'not configured'
-    status_shows 'unusable Kafka settings'
+    status_shows 'unusable Kafka settings: `max.in.flight` must be set <= 5'
     sql "SELECT outbox.enqueue('T', 'fault-bp-7', '{\"seq\": 7}', topic => '$topic', msg_key => 'k')" >/dev/null
     holds 3 "SELECT status = 'new' FROM outbox.events WHERE biz_key = 'fault-bp-7'" \
         || fail "sent while not configured: $(sql "SELECT status FROM outbox.events WHERE biz_key = 'fault-bp-7'")"
     log_at_most 1 'could not create the Kafka producer'
     reset_properties
     arrive_once $topic 7
+    relay_steady "$pid"
+
+    # A file the server cannot read: named, with the property and why.
+    local ca=$IT_TMP/unreadable-ca.pem
+    echo "not a certificate" >"$ca"
+    chmod 600 "$ca"
+    LOG_MARK=$(log_mark)
+    set_setting outbox.kafka_properties "security.protocol=ssl;ssl.ca.location=$ca"
+    log_shows "outbox relay: could not read file \"$ca\" of property \"ssl.ca.location\": Permission denied"
+    log_shows 'HINT:  Make the file readable by the operating system user the server runs as'
+    state_is 'not configured'
+    status_shows "unusable Kafka settings: could not read file \"$ca\""
+    reset_properties
+    sql "SELECT outbox.enqueue('T', 'fault-bp-8', '{\"seq\": 8}', topic => '$topic', msg_key => 'k')" >/dev/null
+    arrive_once $topic 8
     relay_steady "$pid"
     ! log_since "$start" | grep -q 'Hidden-Value' || fail "a value of outbox.kafka_properties is in the server log"
 }

@@ -157,7 +157,7 @@ t_relay_limits() {
     local marker db
     marker=$(log_mark)
     set_setting outbox.database outbox_md_no_such
-    wait_log "$marker" 20 'database "outbox_md_no_such" does not exist or takes no connections; no relay runs' \
+    wait_log "$marker" 20 'database "outbox_md_no_such" does not exist or takes no connections' \
         || fail "no log line for an outbox.database that does not exist"
     md_setup
     sql "ALTER SYSTEM SET outbox.max_relays = 2"

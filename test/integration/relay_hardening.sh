@@ -368,8 +368,8 @@ t_lock_table_exclusive() {
         || fail "the relay did not try again"
     release_hold
     got_every_event $topic "SELECT id FROM outbox.event_log WHERE topic = '$topic'" 30
-    log_shows 'outbox relay: relaying got its locks again'
-    log_at_most 1 'outbox relay: relaying waited over'
+    log_shows 'outbox relay: got its locks again while relaying'
+    log_at_most 1 'outbox relay: gave up waiting for a lock while relaying'
     wait_until 10 "SELECT state <> 'waiting for lock' FROM outbox.relay_status()" || fail "the relay still says it waits"
     relay_steady "$pid"
 }

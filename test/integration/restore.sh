@@ -178,7 +178,7 @@ upgrade_live_from() {
     mark=$(log_mark)
     relay_serve $db
     old_events_in_every_state $db $topic
-    wait_log "$mark" 20 "outbox relay: the extension here is version $from, the server's library is $current; the relay waits" \
+    wait_log "$mark" 20 "outbox relay: the extension here is version $from, the server's library is $current" \
         || fail "$from: the relay did not say it waits for the update"
     holds 3 "SELECT last_error LIKE '%ALTER EXTENSION outbox UPDATE%' FROM outbox.relay_status()" \
         || fail "$from: relay_status does not say the relay waits for the update"

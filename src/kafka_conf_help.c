@@ -1,0 +1,122 @@
+/*
+ * kafka_conf_help.c
+ *		What the relay tells an operator about a Kafka property librdkafka
+ *		refused, and about a file the properties name that it cannot read.
+ *
+ * librdkafka's own reason for refusing a value quotes the value, which
+ * may be a secret, so the relay never shows it (kafka.c).  It says
+ * instead what the property takes, from librdkafka's table of properties
+ * (its "Range" column: named choices, booleans, a range of numbers).
+ *
+ * A certificate, key or keytab the server cannot read makes librdkafka
+ * fail with an OpenSSL or Kerberos code that names no file.  The relay
+ * checks each such property's file first and names the file, the
+ * property and the operating system's reason.  A path is no secret: it
+ * says where a secret is, and the server's user can already read it.
+ *
+ * src/kafka_conf_help.c
+ */
+#include "postgres.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "kafka.h"
+
+/* Properties whose value is a file the server must read. */
+static const char *const file_properties[] = {"ssl.ca.location",
+											  "ssl.certificate.location",
+											  "ssl.key.location",
+											  "ssl.keystore.location",
+											  "ssl.crl.location",
+											  "sasl.kerberos.keytab",
+											  NULL};
+
+static bool range_of(const char *table, const char *key, char *out, size_t size);
+
+/*
+ * outbox_kafka_property_range: what librdkafka takes for property key
+ * ("true, false", "0 .. 900000", "none, gzip, ..."), into out; false if
+ * its table gives nothing (a property of free text, or an unknown one).
+ */
+bool
+outbox_kafka_property_range(const char *key, char *out, size_t size)
+{
+	char *table = NULL;
+	size_t length = 0;
+	FILE *stream = open_memstream(&table, &length);
+	bool found;
+
+	if (stream == NULL)
+		return false;
+	rd_kafka_conf_properties_show(stream);
+	fclose(stream);
+	found = table != NULL && range_of(table, key, out, size);
+	free(table);
+	return found;
+}
+
+/*
+ * range_of: the Range column of key's first row in librdkafka's table,
+ * whose rows are "name | C/P | range | default | importance | text".
+ */
+static bool
+range_of(const char *table, const char *key, char *out, size_t size)
+{
+	size_t key_len = strlen(key);
+
+	for (const char *line = table; line != NULL && *line != '\0';
+		 line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+	{
+		const char *range;
+		const char *end;
+
+		if (strncmp(line, key, key_len) != 0 || line[key_len] != ' ')
+			continue;
+		range = strchr(line, '|');
+		range = range ? strchr(range + 1, '|') : NULL;
+		end = range ? strchr(range + 1, '|') : NULL;
+		if (end == NULL)
+			return false;
+		for (range++; range < end && *range == ' ';)
+			range++;
+		while (end > range && end[-1] == ' ')
+			end--;
+		if (end == range)
+			return false;
+		snprintf(out, size, "%.*s", (int) (end - range), range);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * outbox_kafka_unreadable_file: whether a file that conf names cannot be
+ * read by the server; if so, problem says which, of which property, and
+ * why (errno), and *property is the property's name.
+ */
+bool
+outbox_kafka_unreadable_file(rd_kafka_conf_t *conf, char *problem, size_t size,
+							 const char **property)
+{
+	for (int i = 0; file_properties[i] != NULL; i++)
+	{
+		char path[MAXPGPATH];
+		size_t path_size = sizeof(path);
+
+		if (rd_kafka_conf_get(conf, file_properties[i], path, &path_size) !=
+				RD_KAFKA_CONF_OK ||
+			path[0] == '\0' || strcmp(path, "probe") == 0)
+			continue;
+		if (access(path, R_OK) == 0)
+			continue;
+		snprintf(problem, size,
+				 "could not read file \"%s\" of property \"%s\": %s", path,
+				 file_properties[i], strerror(errno));
+		*property = file_properties[i];
+		return true;
+	}
+	return false;
+}
