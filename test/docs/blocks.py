@@ -9,6 +9,7 @@ import difflib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -210,12 +211,14 @@ class Runner:
     def run_file(self, path, name, env, workdir):
         """Run path's blocks in order; name labels them (its path from the
         repository root)."""
+        others = {}
         for b in parse(path):
             if b.problem:
                 self.report(name, b.line, b.lang, False)
                 self.note([b.problem])
                 continue
             if b.lang not in RUN_LANGS:
+                others[b.lang or "(none)"] = others.get(b.lang or "(none)", 0) + 1
                 continue
             if b.skip is not None:
                 if b.skip.strip():
@@ -225,6 +228,10 @@ class Runner:
                     self.note(["<!-- not run --> needs a reason: <!-- not run: REASON -->"])
                 continue
             self.run_block(b, name, env, workdir)
+        if others:
+            # A ```bash or ```psql block is easily taken for one that runs.
+            self.say(f"# {name}: never run, by their language: "
+                     + ", ".join(f"{n} {lang}" for lang, n in sorted(others.items())))
 
     def run_block(self, b, name, env, workdir):
         retry = b.lang == "sql" and b.expected is not None and read_only(b.text)
@@ -244,7 +251,9 @@ class Runner:
             self.explain(b, status, out, err, retry, tries)
 
     def explain(self, b, status, out, err, retry, tries):
-        if not status_ok(b, status):
+        if status is None:
+            self.note([f"cut after {BLOCK_TIMEOUT:g} s (DOCS_BLOCK_TIMEOUT)"])
+        elif not status_ok(b, status):
             self.note([f"exit status {status}"])
         if b.expected is not None and not output_matches(b.expected, out):
             self.note(["output differs (- expected, + actual):"] + diff(b.expected, out))
@@ -288,20 +297,46 @@ def execute(b, env, workdir, read_only_block):
     else:
         cmd = ["bash", "-e", "-o", "pipefail", "-s"]
     merge = expects_error(b)
+    # A group of its own, so that a timeout ends what the block started
+    # too (a kcat still waiting), not only its shell.
+    p = subprocess.Popen(cmd, cwd=workdir, env=run_env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                         text=True, errors="replace", start_new_session=True)
+    RUNNING.add(p.pid)
     try:
-        p = subprocess.run(cmd, input=b.text + "\n", cwd=workdir, env=run_env,
-                           stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT if merge else subprocess.PIPE,
-                           timeout=BLOCK_TIMEOUT, text=True, errors="replace",
-                           start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, out, f"timed out after {BLOCK_TIMEOUT:g} s"
-    out = p.stdout
+        stdout, stderr = p.communicate(b.text + "\n", timeout=BLOCK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        kill_group(p.pid)
+        stdout, _ = p.communicate()
+        return None, stdout or "", ""
+    finally:
+        kill_group(p.pid)
+        RUNNING.discard(p.pid)
+    out = stdout
     if merge:
         # psql names its input before an error it read from stdin.
         out = re.sub(r"(?m)^psql:<stdin>:\d+: ", "", out)
-    return p.returncode, out, p.stderr or ""
+    return p.returncode, out, stderr or ""
+
+
+RUNNING = set()
+
+
+def kill_group(pid):
+    """End the process group of a block (whatever is left of it)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(signum, frame):
+    """SIGTERM or SIGINT (test/run's deadline): end the running block's
+    group, then exit, so test/docs/run's EXIT trap tears down the rest."""
+    for pid in list(RUNNING):
+        kill_group(pid)
+    sys.exit(128 + signum)
 
 
 # --- a database and a copy of the tree per file -------------------------------
@@ -435,9 +470,9 @@ def self_test(runner, root, fixture, env):
     runner.report(name, 1, "self-test", not problems,
                   f" ({inner.passed} passed, {inner.failed} failed, {inner.skipped} skipped, as expected)"
                   if not problems else "")
-    runner.note(["the runner's report on the fixture:"] + ["  " + l for l in inner_out.getvalue().rstrip().split("\n")])
     if problems:
         runner.note(problems)
+        runner.note(["the runner's report on the fixture:"] + ["  " + l for l in inner_out.getvalue().rstrip().split("\n")])
 
 
 def reference_check(runner, root, env):
@@ -454,6 +489,8 @@ def main(argv):
     parts of test/docs/run, against the cluster and broker of the
     environment (PGHOST, PGPORT, PGUSER, BROKERS)."""
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     env = dict(os.environ)
     runner = Runner()
     parts = argv[1:]
