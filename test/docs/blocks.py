@@ -114,11 +114,13 @@ def line_matches(want, got):
 
 
 def output_matches(expected, actual):
+    """Whether actual matches expected, line for line."""
     want, got = normalize(expected), normalize(actual)
     return len(want) == len(got) and all(line_matches(w, g) for w, g in zip(want, got))
 
 
 def diff(expected, actual):
+    """The unified diff of expected and actual, as lines."""
     return list(difflib.unified_diff(normalize(expected), normalize(actual),
                                      "expected", "actual", lineterm="", n=2))
 
@@ -186,14 +188,17 @@ class Runner:
         self.results = []     # (line, lang, "ok" | "not ok" | "skip")
 
     def say(self, text):
+        """Print one line of the report."""
         self.out.write(text + "\n")
         self.out.flush()
 
     def note(self, lines):
+        """Print lines as TAP diagnostics under the last test."""
         for line in lines:
             self.say("#   " + line)
 
     def report(self, name, line, lang, ok, detail="", skip=None):
+        """Print one block's TAP line and count it."""
         self.n += 1
         label = f"{name}:{line} {lang}"
         if skip is not None:
@@ -235,6 +240,7 @@ class Runner:
                      + ", ".join(f"{n} {lang}" for lang, n in sorted(others.items())))
 
     def run_block(self, b, name, env, workdir):
+        """Run b, again while a read-only block's output differs, and report it."""
         retry = b.lang == "sql" and b.expected is not None and read_only(b.text)
         started = time.monotonic()
         tries = 0
@@ -252,6 +258,7 @@ class Runner:
             self.explain(b, status, out, err, retry, tries)
 
     def explain(self, b, status, out, err, retry, tries):
+        """Why b failed: its exit status, the diff, its stderr."""
         if status is None:
             self.note([f"cut after {BLOCK_TIMEOUT:g} s (DOCS_BLOCK_TIMEOUT)"])
         elif not status_ok(b, status):
@@ -266,6 +273,7 @@ class Runner:
             self.note([f"read-only: tried {tries} times over {self.retry_seconds:g} s"])
 
     def summary(self):
+        """The closing lines: skips, then "N passed, N failed"."""
         if self.skipped:
             self.say(f"# {self.skipped} skipped")
         self.say(f"{self.passed} passed, {self.failed} failed")
@@ -279,6 +287,7 @@ def expects_error(b):
 
 
 def status_ok(b, status):
+    """Whether an exit status (None: cut by the timeout) is a success for b."""
     if status is None:
         return False
     if expects_error(b):
@@ -359,10 +368,12 @@ def database_name(name):
 
 
 def roles(env):
+    """The cluster's role names."""
     return set(psql_admin(env, "SELECT rolname FROM pg_roles").split())
 
 
 def prepare(env, db):
+    """A fresh database db with outbox created in it."""
     psql_admin(env, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     psql_admin(env, f'CREATE DATABASE "{db}"')
     e = dict(env, PGDATABASE=db)
