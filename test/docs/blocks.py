@@ -265,6 +265,8 @@ class Runner:
             self.note([f"exit status {status}"])
         if b.expected is not None and not output_matches(b.expected, out):
             self.note(["output differs (- expected, + actual):"] + diff(b.expected, out))
+            if len(normalize(b.expected)) != len(normalize(out)) and WILDCARD in b.expected:
+                self.note([f"({WILDCARD} matches within one line: one expected line per line of output)"])
         elif b.expected is None and out.strip() and status != 0:
             self.note(["stdout:"] + normalize(out))
         if err.strip():
