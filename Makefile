@@ -66,6 +66,13 @@ demo:
 examples:
 	examples/run
 
+# The docs' checks (test/docs/run): the example runner's self-test,
+# docs/reference.md's settings and relay states against a running server,
+# and every sql and sh example of README.md and docs/, its output compared.
+.PHONY: docs-check
+docs-check:
+	test/docs/run
+
 # The Debian package postgresql-NN-outbox, built from a copy of the tree;
 # the .deb lands in build/deb/.
 deb:
