@@ -92,10 +92,12 @@ properties_applied() {
 # arrive within HEALTHY_BOUND_S.  The refused event is dead after
 # outbox.max_attempts (3), well before librdkafka's message.timeout.ms
 # (30 s) would have ended its first try, and one line of the server log
-# names the topic and the error; once the broker allows the topic,
-# replayed, it arrives.
+# names the topic and the error.  Two events of another key in one
+# transaction, the first refused at once: the second is held behind it,
+# not tried while the first waits for its retries (per-key order).  Once
+# the broker allows the topic, the first event, replayed, arrives.
 t_refused_topic_isolated() {
-    local topic=mock.refused.auth id pid
+    local topic=mock.refused.auth id pid first second seen
     skip_case "$(mock_topic_errors_crash)" && return
     pid=$(relay_pid)
     # librdkafka's timeout as the relay's default, set explicitly: on a
@@ -110,6 +112,17 @@ t_refused_topic_isolated() {
     status_shows 'Topic authorization failed'
     wait_log "$LOG_MARK" 5 "$topic.*[Aa]uthorization|[Aa]uthorization.*$topic" \
         || fail "no line in the server log names $topic and the authorization failure"
+    IFS='|' read -r first second <<<"$(sql "SELECT outbox.enqueue('T', '$topic-k2-1', '{\"seq\": 1}', topic => '$topic', msg_key => 'K2'),
+                                                  outbox.enqueue('T', '$topic-k2-2', '{\"seq\": 2}', topic => '$topic', msg_key => 'K2')")"
+    seen=
+    for _ in $(seq 1 200); do
+        seen=$(sql "SELECT CASE WHEN s.attempts > 0 AND f.status <> 'dead' THEN 'tried while the first waited'
+                                WHEN f.status = 'dead' THEN 'held behind the first' END
+                      FROM outbox.events f, outbox.events s WHERE f.id = $first AND s.id = $second")
+        [ -n "$seen" ] && break
+        sleep 0.05
+    done
+    expect "event $second of K2, enqueued with $first" "$seen" "held behind the first"
 
     mock topic-error $topic 0
     # The relay believes a refusal for 5 s: a replay sooner is refused again.
