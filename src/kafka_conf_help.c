@@ -8,8 +8,8 @@
  * instead what the property takes, from librdkafka's table of properties
  * (its "Range" column: named choices, booleans, a range of numbers).
  *
- * A certificate, key or keytab the server cannot read makes librdkafka
- * fail with an OpenSSL or Kerberos code that names no file.  The relay
+ * A certificate or key the server cannot read makes librdkafka fail with
+ * an OpenSSL code that names no file.  The relay
  * checks each such property's file first and names the file, the
  * property and the operating system's reason.  A path is no secret: it
  * says where a secret is, and the server's user can already read it.
@@ -25,14 +25,14 @@
 
 #include "kafka.h"
 
-/* Properties whose value is a file the server must read. */
-static const char *const file_properties[] = {"ssl.ca.location",
-											  "ssl.certificate.location",
-											  "ssl.key.location",
-											  "ssl.keystore.location",
-											  "ssl.crl.location",
-											  "sasl.kerberos.keytab",
-											  NULL};
+/*
+ * Properties whose value is a file OpenSSL must read.  (A Kerberos keytab
+ * is read by the kinit command librdkafka runs, whose failure the log
+ * already quotes, scrubbed.)
+ */
+static const char *const file_properties[] = {
+	"ssl.ca.location",       "ssl.certificate.location", "ssl.key.location",
+	"ssl.keystore.location", "ssl.crl.location",         NULL};
 
 static bool range_of(const char *table, const char *key, char *out, size_t size);
 
