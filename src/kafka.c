@@ -98,6 +98,17 @@
 #define DEFAULT_LINGER_MS "1"
 
 /*
+ * Where a keyed message goes, unless a property says otherwise: murmur2 of
+ * the key, as Java's kafka-clients (and so Kafka Streams, Kafka Connect,
+ * Debezium) choose, so that a key lands on the partition a Java producer
+ * of the same topic, or of a topic joined with it, puts it on.
+ * librdkafka's own default (consistent_random, CRC32) puts most keys
+ * elsewhere.  A message without a key goes to a random partition, as with
+ * librdkafka's default.
+ */
+#define DEFAULT_PARTITIONER "murmur2_random"
+
+/*
  * How long the coordinator lets a transaction of the relay stay open
  * before it aborts it, unless a property says otherwise: a relay that
  * stopped mid-transaction holds read_committed consumers of its
@@ -646,7 +657,10 @@ make_conf(const char *brokers, const char *properties,
 		return NULL;
 	}
 
-	/* Defaults a user may override: at-least-once with no reordering. */
+	/*
+	 * Defaults a user may override: at-least-once with no reordering, keys
+	 * placed as Java's clients place them.
+	 */
 	if (rd_kafka_conf_set(conf, "enable.idempotence", "true", problem, size) !=
 			RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "acks", "all", problem, size) !=
@@ -656,6 +670,8 @@ make_conf(const char *brokers, const char *properties,
 		rd_kafka_conf_set(conf, "message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS,
 						  problem, size) != RD_KAFKA_CONF_OK ||
 		rd_kafka_conf_set(conf, "linger.ms", DEFAULT_LINGER_MS, problem,
+						  size) != RD_KAFKA_CONF_OK ||
+		rd_kafka_conf_set(conf, "partitioner", DEFAULT_PARTITIONER, problem,
 						  size) != RD_KAFKA_CONF_OK)
 	{
 		rd_kafka_conf_destroy(conf);

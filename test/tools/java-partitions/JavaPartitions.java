@@ -1,0 +1,70 @@
+/*
+ * JavaPartitions: where Java's kafka-clients producer, with its default
+ * partitioner, puts each key, for test/integration/partitioning.sh.
+ *
+ * It creates each topic named with PARTITIONS partitions, then sends every
+ * line of KEYFILE (UTF-8) as a record's key, and value, to the first of
+ * them; a consumer reads back which partition each key landed on.  Built
+ * with javac against the test broker's classpath (test/kafka/pom.xml), so
+ * kafka-clients is the broker's own version.
+ *
+ * usage: java -cp KAFKA_CLASSPATH:DIR JavaPartitions BROKERS PARTITIONS KEYFILE TOPIC [TOPIC...]
+ */
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.Future;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public final class JavaPartitions {
+    public static void main(String[] args) throws Exception {
+        if (args.length < 4) {
+            System.err.println("usage: JavaPartitions BROKERS PARTITIONS KEYFILE TOPIC [TOPIC...]");
+            System.exit(2);
+        }
+        List<String> topics = List.of(args).subList(3, args.length);
+        createTopics(args[0], Integer.parseInt(args[1]), topics);
+        send(args[0], topics.get(0),
+             Files.readAllLines(Paths.get(args[2]), StandardCharsets.UTF_8));
+    }
+
+    /* Create every topic with the same partition count, one replica. */
+    private static void createTopics(String brokers, int partitions, List<String> topics)
+            throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, brokers);
+        List<NewTopic> wanted = new ArrayList<>();
+        for (String topic : topics)
+            wanted.add(new NewTopic(topic, partitions, (short) 1));
+        try (Admin admin = Admin.create(props)) {
+            admin.createTopics(wanted).all().get();
+        }
+    }
+
+    /* Send each key to topic with the default partitioner; wait for every ack. */
+    private static void send(String brokers, String topic, List<String> keys) throws Exception {
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, brokers);
+        props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        try (KafkaProducer<String, String> producer =
+                 new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
+            for (String key : keys)
+                sent.add(producer.send(new ProducerRecord<>(topic, key, key)));
+            for (Future<RecordMetadata> ack : sent)
+                ack.get();
+        }
+    }
+}
