@@ -468,7 +468,7 @@ check_duplicates() {
 # each such kill, that it moved its cursor to Kafka's progress.
 check_exactly_once() {
     local moved
-    moved=$(cat "$CLUSTER_DIR"/node-*.log | grep -c 'committed but not recorded; outbox.relay_cursor moved' || true)
+    moved=$(cat "$CLUSTER_DIR"/node-*.log | grep -c "DETAIL:  outbox.relay_cursor was moved to the transaction's end" || true)
     report "cursor moved to Kafka's progress at a start" "$moved (relay kills before a record: ${#UNRECORDED[@]})"
     report "duplicates delivered (exactly_once: must be 0)" "$1"
     [ "$1" = 0 ] || fail "duplicates delivered with exactly_once: $1"

@@ -110,7 +110,7 @@ t_eos_commit_unrecorded() {
     mark=$(log_mark)
     commit_unrecorded exactly_once it.eos.unrecorded
     expect_exactly_once unrecorded it.eos.unrecorded "$IT_TMP/it.eos.unrecorded.tsv"
-    log_since "$mark" | grep -q "committed but not recorded; outbox.relay_cursor moved" \
+    log_since "$mark" | grep -q "DETAIL:  outbox.relay_cursor was moved to the transaction's end" \
         || fail "the relay did not say it moved the cursor to Kafka's progress"
     set_delivery at_least_once
     commit_unrecorded at_least_once it.alo.unrecorded
