@@ -380,17 +380,18 @@ t_eos_commit_slow() {
     set_delivery at_least_once
 }
 
-# exactly_once, mock broker: two topics the broker refuses
-# (TOPIC_AUTHORIZATION_FAILED) and a healthy one get events for 6 s: the
-# healthy one every 0.1 s, each refused one every second, in turn.  The
-# first refused topic was known to the relay's producer before: the
-# coordinator refuses to add its partition, which fails the whole
-# transaction at once.  The second was never known: its events wait for
-# metadata unanswered, and the transaction carrying one is aborted after a
-# second.  Either way the topic is then held until its event is due again
-# (backoff 2-8 s here), so most transactions carry the healthy topic
-# alone: at least half of its events reach a read_committed consumer
-# within 500 ms of their enqueue.  Before, every transaction carrying a
+# exactly_once, mock broker: two stuck topics and a healthy one get events
+# for 6 s: the healthy one every 0.1 s, each stuck one every second, in
+# turn.  The first, known to the relay's producer before, the broker
+# refuses (TOPIC_AUTHORIZATION_FAILED): the coordinator refuses to add its
+# partition, which fails the whole transaction at once, and the relay must
+# blame the topic, not the broker.  The second the broker does not know
+# (UNKNOWN_TOPIC_OR_PART, which may pass: a refusal for good would make its
+# events dead at once and hold nothing): its events wait for metadata, and
+# the transaction carrying one is aborted after a second.  Either way the
+# topic is then held until its event is due again (backoff 2-8 s here), so
+# most transactions carry the healthy topic alone: at least half of its
+# events reach a read_committed consumer within 500 ms of their enqueue.  Before, every transaction carrying a
 # refused event waited a second for it, or the whole relay backed off as
 # if the broker were down.  The mock broker shows read_committed consumers
 # the copies of aborted transactions too: each event's latest copy counts.
@@ -411,7 +412,7 @@ t_eos_stuck_topic_isolated() {
     wait_until 30 "$(all_sent $known 1)" || fail "the first event of $known was not sent"
     mock topic-error $known 29
     mock create $unknown 1
-    mock topic-error $unknown 29
+    mock topic-error $unknown 3
     mock_consume $healthy 1000 20000 3000 >"$out" &
     cpid=$!
     for i in $(seq 2 61); do
