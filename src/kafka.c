@@ -1064,6 +1064,7 @@ flush_log(void)
 	for (int i = 0; i < log_count; i++)
 	{
 		const char *text = log_lines[i].text;
+		const char *hint;
 		int left_out = 0;
 
 		if (log_lines[i].level > SYSLOG_WARNING)
@@ -1074,13 +1075,13 @@ flush_log(void)
 		}
 		if (leave_out(text, now, &left_out))
 			continue;
-		if (left_out > 0)
-			ereport(LOG,
-					(errmsg("outbox relay: kafka: %s", text),
-					 errdetail("Repeated %d times since it was last written.",
-							   left_out)));
-		else
-			ereport(LOG, (errmsg("outbox relay: kafka: %s", text)));
+		hint = outbox_kafka_line_hint(text);
+		ereport(LOG, (errmsg("outbox relay: kafka: %s", text),
+					  left_out > 0 ? errdetail("Repeated %d times since it was "
+											   "last written.",
+											   left_out)
+								   : 0,
+					  hint != NULL ? errhint("%s", hint) : 0));
 	}
 	if (log_dropped > 0)
 		ereport(LOG, (errmsg("outbox relay: kafka: %d more log lines dropped",

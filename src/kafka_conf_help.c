@@ -14,6 +14,13 @@
  * property and the operating system's reason.  A path is no secret: it
  * says where a secret is, and the server's user can already read it.
  *
+ * Some of librdkafka's connection errors name no setting: the broker's
+ * TLS alert when it refuses the client's certificate (expired, or signed
+ * by a CA it does not trust, or none sent), and a SCRAM failure that
+ * librdkafka before 2.6.1 meets with Kafka 4 even with the right password
+ * (it repeats the client's nonce, which Kafka 4 checks; librdkafka
+ * #4895).  The relay adds a hint naming what to check.
+ *
  * src/kafka_conf_help.c
  */
 #include "postgres.h"
@@ -33,6 +40,18 @@
 static const char *const file_properties[] = {
 	"ssl.ca.location",       "ssl.certificate.location", "ssl.key.location",
 	"ssl.keystore.location", "ssl.crl.location",         NULL};
+
+/* The TLS alerts a broker sends when it refuses the client's certificate. */
+static const char *const certificate_alerts[] = {"alert bad certificate",
+												 "alert unsupported certificate",
+												 "alert certificate revoked",
+												 "alert certificate expired",
+												 "alert certificate unknown",
+												 "alert unknown ca",
+												 NULL};
+
+/* The first librdkafka whose SCRAM Kafka 4 brokers accept (#4895). */
+#define SCRAM_KAFKA4_VERSION 0x020601ff
 
 static bool range_of(const char *table, const char *key, char *out, size_t size);
 
@@ -119,4 +138,26 @@ outbox_kafka_unreadable_file(rd_kafka_conf_t *conf, char *problem, size_t size,
 		return true;
 	}
 	return false;
+}
+
+/*
+ * outbox_kafka_line_hint: what to check when librdkafka's line names no
+ * setting (see the file's header), or NULL.
+ */
+const char *
+outbox_kafka_line_hint(const char *line)
+{
+	for (int i = 0; certificate_alerts[i] != NULL; i++)
+		if (strstr(line, certificate_alerts[i]) != NULL)
+			return "The broker refused the client certificate, or got none: "
+				   "check that ssl.certificate.location (or "
+				   "ssl.keystore.location) names a certificate that has not "
+				   "expired, signed by a CA the broker trusts.";
+	if (strstr(line, "invalid credentials with SASL mechanism SCRAM-") != NULL &&
+		rd_kafka_version() < SCRAM_KAFKA4_VERSION)
+		return "Check sasl.username and sasl.password.  Kafka 4.0 and later "
+			   "also refuse the right password from librdkafka before 2.6.1 "
+			   "(librdkafka issue 4895): with such brokers, use a later "
+			   "librdkafka or sasl.mechanism PLAIN over SASL_SSL.";
+	return NULL;
 }
