@@ -798,7 +798,10 @@ crashing_combination(rd_kafka_conf_t *conf, char *problem, size_t size,
  * properties whose property takes free text (a secret may be any of them),
  * but client.id: a name the client sends in clear with every request, for
  * brokers' logs and quotas, and which hid librdkafka's own words
- * ("ApiVersion" under client.id=relay-apiversions).
+ * ("ApiVersion" under client.id=relay-apiversions); and the paths of the
+ * files OpenSSL reads (outbox_kafka_is_file_property), which say where a
+ * secret is, not what: hidden, every run of four bytes of a path shredded
+ * librdkafka's TLS errors ("cert", "tmp/", "ired").
  */
 static void
 scrub_values_of(const char *properties)
@@ -814,6 +817,7 @@ scrub_values_of(const char *properties)
 		{
 			*eq = '\0';
 			if (strcmp(trimmed(entry), "client.id") != 0 &&
+				!outbox_kafka_is_file_property(trimmed(entry)) &&
 				takes_free_text(trimmed(entry)))
 				scrub_template(trimmed(eq + 1));
 		}

@@ -117,6 +117,7 @@ extern const char *outbox_kafka_start_problem(void);
 struct rd_kafka_conf_s;
 extern const char *outbox_kafka_line_hint(const char *line);
 extern bool outbox_kafka_property_range(const char *key, char *out, size_t size);
+extern bool outbox_kafka_is_file_property(const char *key);
 extern bool outbox_kafka_unreadable_file(struct rd_kafka_conf_s *conf,
 										 char *problem, size_t size,
 										 const char **property);

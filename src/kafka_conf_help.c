@@ -112,6 +112,19 @@ range_of(const char *table, const char *key, char *out, size_t size)
 }
 
 /*
+ * outbox_kafka_is_file_property: whether property key names a file OpenSSL
+ * reads.
+ */
+bool
+outbox_kafka_is_file_property(const char *key)
+{
+	for (int i = 0; file_properties[i] != NULL; i++)
+		if (strcmp(key, file_properties[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
  * outbox_kafka_unreadable_file: whether a file that conf names cannot be
  * read by the server; if so, problem says which, of which property, and
  * why (errno), and *property is the property's name.
