@@ -390,10 +390,12 @@ t_eos_commit_slow() {
 # events dead at once and hold nothing): its events wait for metadata, and
 # the transaction carrying one is aborted after a second.  Either way the
 # topic is then held until its event is due again (backoff 2-8 s here), so
-# most transactions carry the healthy topic alone: at least half of its
-# events reach a read_committed consumer within 500 ms of their enqueue.  Before, every transaction carrying a
-# refused event waited a second for it, or the whole relay backed off as
-# if the broker were down.  The mock broker shows read_committed consumers
+# most transactions carry the healthy topic alone: two thirds of its
+# events reach a read_committed consumer within 500 ms of their enqueue
+# (51 to 60 here; about half when the topic is not held, a handful when
+# the broker is blamed).  Before, every transaction carrying a stuck
+# event waited a second for it, or the whole relay backed off as if the
+# broker were down.  The mock broker shows read_committed consumers
 # the copies of aborted transactions too: each event's latest copy counts.
 # Once the broker allows the topics, their events arrive.
 t_eos_stuck_topic_isolated() {
@@ -432,7 +434,7 @@ t_eos_stuck_topic_isolated() {
                  WHERE l.biz_key LIKE '$healthy-%'")
     echo "#   $fast of 60 healthy events reached the consumer within 500 ms of their enqueue"
     echo "#   the coordinator refused to add a refused topic's partition $(log_count 'Failed to add partition') times"
-    [ "$fast" -ge 30 ] || fail "only $fast of 60 healthy events within 500 ms: the refused topics stalled the others"
+    [ "$fast" -ge 40 ] || fail "only $fast of 60 healthy events within 500 ms: the stuck topics stalled the others"
     for topic in $known $unknown; do
         mock topic-error $topic 0
         got_every_event $topic "SELECT id FROM outbox.event_log WHERE topic = '$topic'" 60 "$MOCK_BROKERS"
