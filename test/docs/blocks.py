@@ -407,8 +407,17 @@ def copy_tree(root):
     """A copy of the repository's files (tracked, and new ones git does
     not ignore) for the sh blocks to run in."""
     dest = tempfile.mkdtemp(prefix="outbox-docs-tree.")
-    files = subprocess.run(["git", "-C", root, "ls-files", "-z", "-c", "-o", "--exclude-standard"],
-                           stdout=subprocess.PIPE, check=True).stdout.split(b"\0")
+    listed = subprocess.run(["git", "-C", root, "ls-files", "-z", "-c", "-o", "--exclude-standard"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if listed.returncode != 0:
+        # Not a git work tree (test/matrix copies the files alone): the
+        # directory as it is, without what the build made in it.
+        os.rmdir(dest)
+        shutil.copytree(root, dest, symlinks=True,
+                        ignore=shutil.ignore_patterns("*.o", "*.so", "*.bc", "results",
+                                                      "output_iso", "regression.*"))
+        return dest
+    files = listed.stdout.split(b"\0")
     for f in files:
         if not f:
             continue
