@@ -21,10 +21,12 @@ import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public final class JavaPartitions {
@@ -49,6 +51,28 @@ public final class JavaPartitions {
             wanted.add(new NewTopic(topic, partitions, (short) 1));
         try (Admin admin = Admin.create(props)) {
             admin.createTopics(wanted).all().get();
+            awaitLeaders(admin, topics);
+        }
+    }
+
+    /*
+     * Wait, up to a minute, until every partition of topics has a leader:
+     * a producer that starts sooner may wait out delivery.timeout.ms for a
+     * partition whose leader it learnt too late (seen on a loaded machine).
+     */
+    private static void awaitLeaders(Admin admin, List<String> topics) throws Exception {
+        long deadline = System.nanoTime() + 60_000_000_000L;
+        while (true) {
+            int leaderless = 0;
+            for (TopicDescription topic : admin.describeTopics(topics).allTopicNames().get().values())
+                for (TopicPartitionInfo partition : topic.partitions())
+                    if (partition.leader() == null || partition.leader().isEmpty())
+                        leaderless++;
+            if (leaderless == 0)
+                return;
+            if (System.nanoTime() > deadline)
+                throw new IllegalStateException(leaderless + " partitions still have no leader after 60 s");
+            Thread.sleep(100);
         }
     }
 
