@@ -522,3 +522,13 @@ must_be_0() {
     report "$1" "$n"
     [ "$n" = 0 ] || fail "$1: $n, want 0"
 }
+
+# keep_evidence: with CHAOS_EVIDENCE set, copy the logs and dump the shop
+# database (the outbox, the figures' tables) into that directory.
+keep_evidence() {
+    [ -n "${CHAOS_EVIDENCE:-}" ] || return 0
+    mkdir -p "$CHAOS_EVIDENCE" || return 0
+    cp "$CLUSTER_DIR"/*.log "$W"/*.log "$CHAOS_EVIDENCE/" 2>/dev/null
+    "$PGBIN/pg_dump" -d shop -f "$CHAOS_EVIDENCE/shop.sql" 2>/dev/null
+    echo "# evidence kept in $CHAOS_EVIDENCE"
+}
