@@ -171,6 +171,7 @@ static uint64 acked_seq = 0;         /* the latest queued of those acked */
 static uint64 failures = 0;          /* messages refused or failed so far */
 static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
 static bool fatal_error = false;
+static bool gap_feared = false; /* a message timed out: close_gap() is due */
 static bool transactional = false;           /* a transactional.id was given */
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
@@ -209,6 +210,7 @@ static char *next_entry(const char **cursor);
 static char *trimmed(char *text);
 static KafkaSendResult refused_at_once(OutboxMessage *msg,
 									   rd_kafka_resp_err_t err);
+static void close_gap(void);
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg,
 						void *opaque);
 static void on_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -294,6 +296,7 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	outstanding_bytes = 0;
 	memset(known_topics, 0, sizeof(known_topics));
 	fatal_error = false;
+	gap_feared = false;
 	broker_state = "unknown";
 	if (!open_wake_pipe())
 	{
@@ -484,6 +487,7 @@ outbox_kafka_push(void)
 	if (producer == NULL)
 		return;
 	(void) rd_kafka_flush(producer, 0);
+	close_gap();
 	flush_log();
 }
 
@@ -550,8 +554,33 @@ outbox_kafka_serve(void)
 	{
 		drain_wake_pipe();
 		rd_kafka_poll(producer, 0);
+		close_gap();
 	}
 	flush_log();
+}
+
+/*
+ * close_gap: once librdkafka gave up on a message (message.timeout.ms),
+ * take back every message it still holds.  The idempotent producer keeps
+ * order only among the messages it delivers: after a queued message times
+ * out it bumps its epoch and sends the younger ones of the partition,
+ * which would reach Kafka before the relay sends the timed-out one again
+ * (librdkafka's INTRODUCTION, "Message timeout considerations").  Taken
+ * back, they come back as purged, and are sent again after it, in order.
+ * Kafka writes a partition's messages of one epoch only in sequence, so
+ * what it already holds of them is a prefix: sent again, a duplicate, not
+ * a reordering.  Not in a Kafka transaction: a timeout aborts it, and
+ * with it every younger message.
+ */
+static void
+close_gap(void)
+{
+	if (!gap_feared)
+		return;
+	gap_feared = false;
+	if (!transactional)
+		(void) rd_kafka_purge(producer,
+							  RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 }
 
 /*
@@ -984,6 +1013,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
 	msg->error_text = err ? rd_kafka_err2str(err) : NULL;
 	msg->timed_out = err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+	gap_feared |= msg->timed_out;
 	msg->topic_unknown = err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
 	msg->purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
 				  err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;

@@ -99,6 +99,14 @@ commit_unrecorded() {
     consume $topic $((2 * n)) 30000 3000 >"$out"
 }
 
+# timeout_gap_order (real_broker.sh) in exactly_once: a timed-out message
+# aborts its Kafka transaction, and the younger messages with it.
+t_eos_timeout_gap_order() {
+    eos_ready
+    timeout_gap it.eos.timeout_gap
+    set_delivery at_least_once
+}
+
 # The proof of exactly_once: a transaction Kafka committed but PostgreSQL
 # did not record (the relay killed in between) is not sent again: after
 # the restart the relay reads its progress from Kafka and moves

@@ -197,6 +197,54 @@ t_broker_paused() {
     expect_arrived paused $topic "$out"
 }
 
+# The broker frozen longer than message.timeout.ms while a writer goes on
+# committing events of a few keys: librdkafka fails the oldest messages
+# (timed out) while younger ones of their partitions wait, and would
+# deliver those once the broker is back (its idempotent producer keeps no
+# order across a timeout).  Per-key order must hold all the same: no event
+# may reach Kafka after a later event of its key.
+t_timeout_gap_order() {
+    timeout_gap it.timeout_gap
+}
+
+# timeout_gap TOPIC: the check above, in the current delivery mode, with
+# events of TOPIC.
+timeout_gap() {
+    local topic=$1 out=$IT_TMP/$1.tsv mark n writer
+    mark=$(log_mark)
+    sql "ALTER SYSTEM SET outbox.kafka_properties = 'message.timeout.ms=1500'"
+    set_batch_size 20
+    wait_log "$mark" 20 '  parameter "outbox.kafka_properties" \(value hidden\)' \
+        || fail "the properties were not taken"
+    "$PGBIN/psql" -X -q -d "$IT_DB" -c "DO \$\$ BEGIN
+        FOR i IN 1..1500 LOOP
+            PERFORM outbox.enqueue('T', '$topic-' || i, jsonb_build_object('seq', i), topic => '$topic',
+                                   msg_key => 'k' || i % 4);
+            COMMIT;
+            PERFORM pg_sleep(0.004);
+        END LOOP; END \$\$" &
+    writer=$!
+    sleep 2
+    kafka_pause
+    sleep 4
+    kafka_resume
+    wait "$writer" || fail "the writer failed"
+    n=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")
+    wait_until 90 "$(all_sent "$topic" "$n")" || fail "events not all marked sent after the broker resumed"
+    consume "$topic" 1000000 30000 3000 >"$out"
+    load_consumed got_timeout_gap "$out"
+    expect_delivered "events delivered" got_timeout_gap "SELECT id FROM outbox.event_log WHERE topic = '$topic'"
+    expect "events arriving (first) after a later event of their key" "$(sql "
+        SELECT count(*) FROM (
+          SELECT event_id < max(event_id) OVER (PARTITION BY key ORDER BY part, off
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS late
+            FROM (SELECT DISTINCT ON (event_id) * FROM got_timeout_gap ORDER BY event_id, part, off) f) o
+         WHERE late")" 0
+    echo "#   $n events, $(duplicates got_timeout_gap) sent again"
+    reset_batch_size
+    sql "ALTER SYSTEM RESET outbox.kafka_properties" && sql "SELECT pg_reload_conf()" >/dev/null
+}
+
 # set_batch_size N: outbox.batch_size set to N and reloaded; waits for the
 # postmaster's line saying so (it signals the relay right after), so that
 # a window opened from now on is sent N events at a time.
