@@ -45,7 +45,8 @@ t_java_partitioning() {
     sql "SELECT count(outbox.enqueue('KeyPlaced', key, '{}', topic => '$relay_topic', msg_key => key))
            FROM partitioning_keys" >/dev/null
     consume "$relay_topic" "$PART_KEYS" >"$relay_out" || fail "not all events arrived ($(wc -l <"$relay_out"))"
-    consume "$java_topic" "$PART_KEYS" >"$java_out" || fail "not all of Java's records arrived ($(wc -l <"$java_out"))"
+    # To the end: a key Java's tool sent again may be there twice.
+    consume "$java_topic" 1000000 30000 3000 >"$java_out"
     load_consumed partitioning_relay "$relay_out"
     load_consumed partitioning_java "$java_out"
     expect "partitions the relay used" "$(sql "SELECT count(DISTINCT part) FROM partitioning_relay")" "$PART_PARTITIONS"
