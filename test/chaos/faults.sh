@@ -527,8 +527,9 @@ must_be_0() {
 # database (the outbox, the figures' tables) into that directory.
 keep_evidence() {
     [ -n "${CHAOS_EVIDENCE:-}" ] || return 0
-    mkdir -p "$CHAOS_EVIDENCE" || return 0
-    cp "$CLUSTER_DIR"/*.log "$W"/*.log "$CHAOS_EVIDENCE/" 2>/dev/null
-    "$PGBIN/pg_dump" -d shop -f "$CHAOS_EVIDENCE/shop.sql" 2>/dev/null
-    echo "# evidence kept in $CHAOS_EVIDENCE"
+    local dir=$CHAOS_EVIDENCE/$DELIVERY
+    mkdir -p "$dir" || return 0
+    cp "$CLUSTER_DIR"/*.log "$W"/*.log "$dir/" 2>/dev/null
+    "$PGBIN/pg_dump" -d shop -f "$dir/shop.sql" 2>/dev/null
+    echo "# evidence kept in $dir"
 }
