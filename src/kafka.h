@@ -104,6 +104,7 @@ extern bool outbox_kafka_fatal(void);
 extern bool outbox_kafka_fenced(void);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
+extern bool outbox_kafka_unauthorized(int err);
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);
