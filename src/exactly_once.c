@@ -1029,6 +1029,8 @@ static void
 say_id_refused(TimestampTz now, const char *why)
 {
 	char *id;
+	char cause[512];
+	size_t len;
 
 	id_refused = true;
 	if (id_refused_said != 0 &&
@@ -1036,13 +1038,18 @@ say_id_refused(TimestampTz now, const char *why)
 		return;
 	id_refused_said = now;
 	id = relay_eos_transactional_id();
+	/* librdkafka ends this one with a period; the DETAIL adds its own. */
+	strlcpy(cause, why, sizeof(cause));
+	len = strlen(cause);
+	while (len > 0 && cause[len - 1] == '.')
+		cause[--len] = '\0';
 	ereport(
 		LOG,
 		(errmsg("outbox relay: the relay's principal may not use transactional.id \"%s\"",
 				id),
 		 errdetail(
 			 "The cause Kafka gave: %s. In exactly_once the relay sends nothing without it; it asks again with a new producer after a backoff.",
-			 why),
+			 cause),
 		 errhint("Grant the relay's principal Write on the transactional id \"%s\", or on every id beginning with \"outbox-\" (a prefixed ACL), or set outbox.delivery = at_least_once.",
 				 id)));
 	pfree(id);
