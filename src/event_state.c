@@ -218,7 +218,13 @@ log_dead(const OutboxMessage *msg, int failures, const char *error)
 		error = psprintf("%s (topic \"%.200s\")", error, msg->topic);
 	ereport(LOG, (errmsg("outbox relay: event " INT64_FORMAT
 						 " is dead after %d failed attempts: %s",
-						 msg->event_id, failures, error)));
+						 msg->event_id, failures, error),
+				  outbox_kafka_unauthorized(msg->error)
+					  ? errhint("Grant the relay's Kafka principal Write on "
+								"topic \"%.200s\", then replay the event "
+								"with outbox.replay().",
+								msg->topic)
+					  : 0));
 }
 
 /*
@@ -254,7 +260,13 @@ log_refused(const OutboxMessage *msg, const char *error)
 						 msg->event_id, error),
 				  errdetail("It is retried with backoff, and dead after "
 							"outbox.max_attempts refusals; a topic's refusals "
-							"are said once a minute.")));
+							"are said once a minute."),
+				  outbox_kafka_unauthorized(msg->error)
+					  ? errhint("The relay's Kafka principal may not write "
+								"to topic \"%.200s\": grant it Write there "
+								"(Describe comes with it).",
+								msg->topic)
+					  : 0));
 }
 
 /*

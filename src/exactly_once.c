@@ -76,6 +76,9 @@
 /* How long transactions may not start before the relay says why. */
 #define PATIENCE_MS 15000
 
+/* How often a refusal for want of an ACL is said again while it lasts. */
+#define REFUSAL_REPEAT_MS 60000
+
 /* Batches one round sends, at most: retries and first sends. */
 #define MAX_BATCHES 8
 
@@ -110,6 +113,14 @@ static bool abort_unreachable = false; /* the abort was for the broker's sake */
 static bool progress_queued = false;
 static OutboxMessage progress_msg;
 static char halted_reason[OUTBOX_ERROR_LEN];
+/* The transactional.id refused (across producers, until one is allowed). */
+static bool id_refused = false;
+static TimestampTz id_refused_said = 0;
+/* The progress record refused: no transaction before the backoff ends. */
+static TimestampTz progress_refused_until = 0;
+static int progress_refused_ms = 0;
+static TimestampTz progress_refused_said = 0;
+static char progress_refused_text[OUTBOX_ERROR_LEN];
 
 static bool prepare(TimestampTz now);
 static bool catch_up(void);
@@ -135,6 +146,8 @@ static void add_ids(StringInfo buf, const char *label, RelayBatch *batch,
 static void give_up(const char *what, const char *why, KafkaTxnResult result);
 static void ending(KafkaTxnResult result, const char *doing, const char *why);
 static void wait_said(TimestampTz now, const char *why);
+static void say_id_refused(TimestampTz now, const char *why);
+static bool progress_refused(const char *why);
 
 /*
  * relay_eos_transactional_id: the transactional.id of this database's
@@ -168,6 +181,10 @@ relay_eos_restart(bool transactional)
 	ending_since = 0;
 	said_slow = false;
 	halted_reason[0] = '\0';
+	progress_refused_until = 0;
+	progress_refused_ms = 0;
+	if (!transactional)
+		id_refused = false;
 	if (eos_memory == NULL)
 		eos_memory = AllocSetContextCreate(TopMemoryContext,
 										   "outbox relay exactly once",
@@ -200,7 +217,19 @@ relay_eos_broken(void)
 bool
 relay_eos_waiting(void)
 {
-	return active && state == EOS_INIT && said_waiting;
+	return active && ((state == EOS_INIT && (said_waiting || id_refused)) ||
+					  progress_refused_until != 0);
+}
+
+/*
+ * relay_eos_refused: whether the latest producer was refused its
+ * transactional.id (said in the log), so that a new one waits for an ACL,
+ * not for the broker.
+ */
+bool
+relay_eos_refused(void)
+{
+	return active && id_refused;
 }
 
 /*
@@ -245,6 +274,13 @@ relay_eos_may_read(void)
 		return true;
 	if (state != EOS_IDLE || !relay_flight_empty())
 		return false;
+	if (progress_refused_until != 0 &&
+		GetCurrentTimestamp() < progress_refused_until)
+	{
+		/* Over librdkafka's words, which do not name the topic. */
+		outbox_status_error(progress_refused_text);
+		return false;
+	}
 	result = outbox_kafka_txn_begin(why, sizeof(why));
 	if (result == KAFKA_TXN_DONE)
 	{
@@ -343,6 +379,8 @@ prepare(TimestampTz now)
 	}
 	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
 	{
+		if (outbox_kafka_txn_refusal() == KAFKA_TXN_REFUSED_TRANSACTIONAL_ID)
+			say_id_refused(now, why);
 		give_up("cannot use Kafka transactions", why, result);
 		return false;
 	}
@@ -351,6 +389,8 @@ prepare(TimestampTz now)
 		wait_said(now, why);
 		return false;
 	}
+	id_refused = false;
+	id_refused_said = 0;
 	if (!catch_up())
 		return false;
 	say_foreign();
@@ -738,11 +778,14 @@ commit(void)
 		case KAFKA_TXN_DONE:
 			progress_queued = false;
 			state = EOS_COMMITTED;
+			progress_refused_until = 0;
+			progress_refused_ms = 0;
+			progress_refused_said = 0;
 			break;
 		case KAFKA_TXN_AGAIN:
 			break;
 		case KAFKA_TXN_ABORT:
-			abort_unreachable = true;
+			abort_unreachable = !progress_refused(why);
 			state = EOS_ABORTING;
 			break;
 		default:
@@ -927,10 +970,29 @@ wait_said(TimestampTz now, const char *why)
 {
 	char text[OUTBOX_ERROR_LEN];
 
+	bool refused = outbox_kafka_txn_refusal() != KAFKA_TXN_ALLOWED;
+
+	/* A refusal is the ACLs' answer: waiting would not change it. */
 	if (said_waiting ||
-		!TimestampDifferenceExceeds(init_since, now, PATIENCE_MS))
+		(!refused && !TimestampDifferenceExceeds(init_since, now, PATIENCE_MS)))
 		return;
 	said_waiting = true;
+	if (progress_reading && refused)
+	{
+		snprintf(text, sizeof(text), "the progress topic cannot be read: %s",
+				 why);
+		outbox_status_error(text);
+		ereport(
+			LOG,
+			(errmsg("outbox relay: the relay's principal may not read the progress topic \"%s\"",
+					outbox_progress_topic),
+			 errdetail(
+				 "The cause Kafka gave: %s. In exactly_once the relay sends nothing before it has read where its last transaction ended.",
+				 why),
+			 errhint("Grant the relay's principal Read and Write on topic \"%s\" (Describe comes with them), or set outbox.delivery = at_least_once.",
+					 outbox_progress_topic)));
+		return;
+	}
 	if (progress_reading)
 	{
 		snprintf(text, sizeof(text), "the progress topic cannot be read: %s",
@@ -943,7 +1005,7 @@ wait_said(TimestampTz now, const char *why)
 			 errdetail(
 				 "The cause Kafka gave: %s. In exactly_once the relay sends nothing before it has read where its last transaction ended.",
 				 why),
-			 errhint("Grant the relay's principal Describe, Read and Write on topic \"%s\" and Describe and Write on its transactional.id, or set outbox.delivery = at_least_once.",
+			 errhint("Grant the relay's principal Read and Write on topic \"%s\" and Write on its transactional.id, or set outbox.delivery = at_least_once.",
 					 outbox_progress_topic)));
 		return;
 	}
@@ -956,4 +1018,79 @@ wait_said(TimestampTz now, const char *why)
 		 errdetail("The cause Kafka gave: %s.", why),
 		 errhint(
 			 "The cluster needs a transaction coordinator: transaction.state.log.replication.factor and transaction.state.log.min.isr must not exceed the brokers running; or set outbox.delivery = at_least_once.")));
+}
+
+/*
+ * say_id_refused: the cluster refused the relay's principal its
+ * transactional.id: say so, with the ACL that is missing, once a minute
+ * while the refusal lasts (each new producer is refused again).
+ */
+static void
+say_id_refused(TimestampTz now, const char *why)
+{
+	char *id;
+	char cause[512];
+	size_t len;
+
+	id_refused = true;
+	if (id_refused_said != 0 &&
+		!TimestampDifferenceExceeds(id_refused_said, now, REFUSAL_REPEAT_MS))
+		return;
+	id_refused_said = now;
+	id = relay_eos_transactional_id();
+	/* librdkafka ends this one with a period; the DETAIL adds its own. */
+	strlcpy(cause, why, sizeof(cause));
+	len = strlen(cause);
+	while (len > 0 && cause[len - 1] == '.')
+		cause[--len] = '\0';
+	ereport(
+		LOG,
+		(errmsg("outbox relay: the relay's principal may not use transactional.id \"%s\"",
+				id),
+		 errdetail(
+			 "The cause Kafka gave: %s. In exactly_once the relay sends nothing without it; it asks again with a new producer after a backoff.",
+			 cause),
+		 errhint("Grant the relay's principal Write on the transactional id \"%s\", or on every id beginning with \"outbox-\" (a prefixed ACL), or set outbox.delivery = at_least_once.",
+				 id)));
+	pfree(id);
+}
+
+/*
+ * progress_refused: a commit failed, for abort, with why.  Every event of
+ * the round was acknowledged before the commit, so if the cluster refused
+ * a topic, it is the progress topic, where the record was written last:
+ * say so (once a minute while it lasts), and begin no transaction before
+ * a backoff.  False if the failure is another's.
+ */
+static bool
+progress_refused(const char *why)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (outbox_kafka_txn_refusal() != KAFKA_TXN_REFUSED_TOPIC)
+		return false;
+	progress_refused_ms = progress_refused_ms == 0
+							  ? outbox_backoff_min
+							  : Min(progress_refused_ms * 2, outbox_backoff_max);
+	progress_refused_until =
+		TimestampTzPlusMilliseconds(now, progress_refused_ms);
+	snprintf(progress_refused_text, sizeof(progress_refused_text),
+			 "the progress topic \"%s\" refused the record: %s",
+			 outbox_progress_topic, why);
+	outbox_status_error(progress_refused_text);
+	if (progress_refused_said != 0 &&
+		!TimestampDifferenceExceeds(progress_refused_said, now,
+									REFUSAL_REPEAT_MS))
+		return true;
+	progress_refused_said = now;
+	ereport(
+		LOG,
+		(errmsg("outbox relay: the relay's principal may not write to the progress topic \"%s\"",
+				outbox_progress_topic),
+		 errdetail(
+			 "The cause Kafka gave: %s. Each transaction is aborted at its commit; its events are sent again after a backoff, and none is charged an attempt.",
+			 why),
+		 errhint("Grant the relay's principal Write and Read on topic \"%s\", or set outbox.delivery = at_least_once.",
+				 outbox_progress_topic)));
+	return true;
 }

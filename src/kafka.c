@@ -1353,6 +1353,16 @@ topic_report(const char *topic)
 }
 
 /*
+ * outbox_kafka_unauthorized: whether err, a message's error, says the
+ * relay's principal may not write to the message's topic.
+ */
+bool
+outbox_kafka_unauthorized(int err)
+{
+	return err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+}
+
+/*
  * refused_for_good: whether the cluster's err for a topic stays until an
  * operator acts (see the rule at the top of this file).
  */

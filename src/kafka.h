@@ -77,6 +77,17 @@ typedef enum KafkaTxnResult
 	KAFKA_TXN_FAILED  /* cannot be done with this producer or cluster */
 } KafkaTxnResult;
 
+/*
+ * What the cluster refused the relay's principal at the latest step of
+ * kafka_txn.c, if that step failed for want of an ACL.
+ */
+typedef enum KafkaTxnRefusal
+{
+	KAFKA_TXN_ALLOWED,                 /* no authorization error */
+	KAFKA_TXN_REFUSED_TOPIC,           /* a topic: the progress topic's ACLs */
+	KAFKA_TXN_REFUSED_TRANSACTIONAL_ID /* the transactional.id's ACLs */
+} KafkaTxnRefusal;
+
 struct rd_kafka_s;
 struct rd_kafka_conf_s;
 
@@ -104,6 +115,7 @@ extern bool outbox_kafka_fatal(void);
 extern bool outbox_kafka_fenced(void);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
+extern bool outbox_kafka_unauthorized(int err);
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);
@@ -136,6 +148,7 @@ extern KafkaTxnResult outbox_kafka_txn_commit(int timeout_ms, char *why,
 											  size_t size);
 extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,
 											 size_t size);
+extern KafkaTxnRefusal outbox_kafka_txn_refusal(void);
 extern KafkaTxnResult
 outbox_kafka_progress_read(const char *brokers, const char *properties,
 						   const char *topic, const char *key,

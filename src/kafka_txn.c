@@ -30,6 +30,7 @@
 
 static uint64 initialized = 0; /* the producer generation initialized */
 static uint64 open_in = 0;     /* the generation with a transaction open */
+static KafkaTxnRefusal refusal = KAFKA_TXN_ALLOWED; /* of the latest step */
 
 static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
 							  size_t size);
@@ -50,6 +51,7 @@ static KafkaTxnResult read_last(rd_kafka_t *consumer, const char *topic,
 static void keep_if_marked(const rd_kafka_message_t *msg,
 						   const char *const *marks, char **value, int *others);
 static int remaining_ms(TimestampTz deadline);
+static KafkaTxnRefusal refusal_of(rd_kafka_resp_err_t err);
 
 /*
  * outbox_kafka_txn_init: init_transactions for the current producer: asks
@@ -183,6 +185,7 @@ progress_read(const char *brokers, const char *properties, const char *topic,
 
 	*value = NULL;
 	*others = 0;
+	refusal = KAFKA_TXN_ALLOWED;
 	result = ensure_topic(topic, timeout_ms, why, size);
 	if (result != KAFKA_TXN_DONE)
 		return result;
@@ -240,6 +243,7 @@ read_last(rd_kafka_t *consumer, const char *topic, const char *key,
 	{
 		snprintf(why, size, "could not ask for the end of topic \"%s\": %s",
 				 topic, rd_kafka_err2str(err));
+		refusal = refusal_of(err);
 		return KAFKA_TXN_AGAIN;
 	}
 	if (high <= low)
@@ -256,6 +260,14 @@ read_last(rd_kafka_t *consumer, const char *topic, const char *key,
 		if (msg != NULL && msg->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
 			msg->key_len == key_len && memcmp(msg->key, key, key_len) == 0)
 			keep_if_marked(msg, marks, value, others);
+		/* A refused fetch is the ACLs' answer, not a slow broker's. */
+		if (msg != NULL && refusal_of(msg->err) != KAFKA_TXN_ALLOWED)
+		{
+			refusal = refusal_of(msg->err);
+			err = msg->err;
+			rd_kafka_message_destroy(msg);
+			break;
+		}
 		if (msg != NULL)
 			rd_kafka_message_destroy(msg);
 		err = rd_kafka_position(consumer, parts);
@@ -265,7 +277,10 @@ read_last(rd_kafka_t *consumer, const char *topic, const char *key,
 			break;
 		}
 	}
-	if (result != KAFKA_TXN_DONE)
+	if (result != KAFKA_TXN_DONE && refusal != KAFKA_TXN_ALLOWED)
+		snprintf(why, size, "could not read topic \"%s\": %s", topic,
+				 rd_kafka_err2str(err));
+	else if (result != KAFKA_TXN_DONE)
 		snprintf(why, size,
 				 "could not read topic \"%s\" up to offset %lld in time%s%s",
 				 topic, (long long) high, err ? ": " : "",
@@ -370,7 +385,8 @@ create_topic(const char *topic, int timeout_ms, char *why, size_t size)
 		snprintf(why, size,
 				 "could not create the progress topic \"%s\": %s; create it "
 				 "with one partition and cleanup.policy=compact, or let the "
-				 "relay's principal create topics",
+				 "relay's principal create topics (if it exists, the "
+				 "principal may not see it: grant it Read and Write there)",
 				 topic, text ? text : rd_kafka_err2str(err));
 		rd_kafka_event_destroy(event);
 	}
@@ -384,6 +400,7 @@ create_topic(const char *topic, int timeout_ms, char *why, size_t size)
 		return KAFKA_TXN_DONE;
 	if (err == RD_KAFKA_RESP_ERR__TIMED_OUT)
 		return KAFKA_TXN_AGAIN;
+	refusal = refusal_of(err);
 	return KAFKA_TXN_FAILED;
 }
 
@@ -397,13 +414,18 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 {
 	KafkaTxnResult result;
 
+	refusal = KAFKA_TXN_ALLOWED;
 	if (error == NULL)
 		return KAFKA_TXN_DONE;
 	outbox_scrub(rd_kafka_error_string(error), why, size);
+	refusal = refusal_of(rd_kafka_error_code(error));
 	if (rd_kafka_error_is_fatal(error))
 	{
 		rd_kafka_resp_err_t cause =
 			rd_kafka_fatal_error(outbox_kafka_producer(), NULL, 0);
+
+		if (refusal == KAFKA_TXN_ALLOWED)
+			refusal = refusal_of(cause);
 
 		result = cause == RD_KAFKA_RESP_ERR__FENCED ||
 						 cause == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
@@ -419,6 +441,31 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 		result = KAFKA_TXN_FAILED;
 	rd_kafka_error_destroy(error);
 	return result;
+}
+
+/*
+ * outbox_kafka_txn_refusal: whether the latest transactional step, or
+ * the latest read of the progress topic, failed for want of an ACL, and
+ * of which one.
+ */
+KafkaTxnRefusal
+outbox_kafka_txn_refusal(void)
+{
+	return refusal;
+}
+
+/*
+ * refusal_of: which ACL an error of the cluster says is missing.
+ */
+static KafkaTxnRefusal
+refusal_of(rd_kafka_resp_err_t err)
+{
+	if (err == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+		return KAFKA_TXN_REFUSED_TRANSACTIONAL_ID;
+	if (err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+		err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED)
+		return KAFKA_TXN_REFUSED_TOPIC;
+	return KAFKA_TXN_ALLOWED;
 }
 
 /*

@@ -262,6 +262,7 @@ extern bool relay_eos_may_settle(void);
 extern const char *relay_eos_halted(void);
 extern const char *relay_eos_broken(void);
 extern bool relay_eos_waiting(void);
+extern bool relay_eos_refused(void);
 extern char *relay_eos_transactional_id(void);
 
 /* sender.c */

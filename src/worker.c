@@ -600,9 +600,11 @@ tend_producer(TimestampTz now)
 		halt_producer(relay_eos_halted());
 	if (outbox_kafka_running() && relay_eos_broken() != NULL)
 	{
-		ereport(LOG,
-				(errmsg("outbox relay: making a new Kafka producer"),
-				 errdetail("The producer failed: %s.", relay_eos_broken())));
+		/* A refused transactional.id was said, with what to grant. */
+		if (!relay_eos_refused())
+			ereport(LOG,
+					(errmsg("outbox relay: making a new Kafka producer"),
+					 errdetail("The producer failed: %s.", relay_eos_broken())));
 		outbox_status_error(relay_eos_broken());
 	}
 	if (outbox_kafka_running() &&
@@ -614,7 +616,8 @@ tend_producer(TimestampTz now)
 							 ? outbox_backoff_min
 							 : Min(unreachable_ms * 2, outbox_backoff_max);
 		remake_at = TimestampTzPlusMilliseconds(now, unreachable_ms);
-		log_stall(true);
+		if (!relay_eos_refused()) /* not the broker's fault: said */
+			log_stall(true);
 	}
 	if (outbox_kafka_running() && producer_outdated())
 	{
@@ -875,6 +878,8 @@ after_round(const Round *round, TimestampTz now)
 		return;
 	if (round->paused && relay_flight_empty())
 		set_state(RELAY_STATE_PAUSED);
+	else if (!outbox_kafka_running() && now < remake_at && relay_eos_refused())
+		set_state(RELAY_STATE_NO_TRANSACTIONS);
 	else if (!outbox_kafka_running() && now < remake_at)
 		set_state(RELAY_STATE_UNREACHABLE);
 	else if (!outbox_kafka_running())
