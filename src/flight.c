@@ -532,7 +532,9 @@ relay_flight_take_tally(void)
 /*
  * say_stuck: say once (again after STUCK_REPEAT_MS) that events of topic
  * wait for Kafka while other topics go on, with what the cluster reports
- * for the topic if it reports anything; relay_status() shows it too.
+ * for the topic if it reports anything; relay_status() shows it too.  A
+ * topic that does not exist is said once for as long as it is missing,
+ * by event_state.c, and named so here.
  */
 static void
 say_stuck(const char *topic, uint64 hash, const char *then)
@@ -547,6 +549,15 @@ say_stuck(const char *topic, uint64 hash, const char *then)
 	if (found && !TimestampDifferenceExceeds(*last, now, STUCK_REPEAT_MS))
 		return;
 	*last = now;
+	if (outbox_kafka_topic_missing(topic))
+	{
+		strlcpy(stuck_reason,
+				relay_topic_missing_text(topic, outbox_missing_topic_dead),
+				sizeof(stuck_reason));
+		relay_say_topic_missing(topic, outbox_missing_topic_dead);
+		tally.error = stuck_reason;
+		return;
+	}
 	if (outbox_kafka_topic_refused(topic, reported, sizeof(reported)))
 		snprintf(stuck_reason, sizeof(stuck_reason),
 				 "events of topic \"%.249s\" are stuck: the cluster reports %s",
