@@ -1,7 +1,8 @@
-// CreateTopic: create a topic with Kafka's Java admin client, as an
+// CreateTopic: create topics with Kafka's Java admin client, as an
 // operator would (the broker's classpath carries kafka-clients, not the
-// kafka-topics tool).  Run from source: java -cp "$KAFKA_CP" CreateTopic.java.
-// usage: CreateTopic BROKERS TOPIC PARTITIONS
+// kafka-topics tool).
+// usage: CreateTopic BROKERS PARTITIONS TOPIC...
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Properties;
 import org.apache.kafka.clients.admin.Admin;
@@ -12,9 +13,11 @@ public class CreateTopic {
     public static void main(String[] args) throws Exception {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
+        List<NewTopic> topics = new ArrayList<>();
+        for (int i = 2; i < args.length; i++)
+            topics.add(new NewTopic(args[i], Integer.parseInt(args[1]), (short) 1));
         try (Admin admin = Admin.create(props)) {
-            admin.createTopics(List.of(new NewTopic(args[1], Integer.parseInt(args[2]), (short) 1)))
-                .all().get();
+            admin.createTopics(topics).all().get();
         }
     }
 }
