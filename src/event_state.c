@@ -311,7 +311,7 @@ failure_text(const RelayBatch *batch, int i, bool *refused, bool *missing)
 	{
 		*missing = true;
 		return relay_topic_missing_text(msg->topic,
-											batch->settings.missing_topic_dead);
+										batch->settings.missing_topic_dead);
 	}
 	return msg->error_text ? msg->error_text : "delivery failed";
 }
