@@ -11,9 +11,9 @@
  * however long, loses nothing.  Nor do failures because the event's topic
  * does not exist yet (a cluster that does not create topics on first use,
  * and an operator who creates it late): the event waits for it, unless
- * outbox.missing_topic_dead says otherwise.  'new' rows wait for a retry, 'sending'
- * rows are in flight and answered for one by one; both hold back the
- * later events of their key.
+ * outbox.missing_topic_dead says otherwise.  'new' rows wait for a retry,
+ * 'sending' rows are in flight and answered for one by one; both hold
+ * back the later events of their key.
  *
  * src/event_state.c
  */
