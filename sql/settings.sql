@@ -17,6 +17,9 @@ ALTER SYSTEM SET outbox.delivery = 'exactly-once';
 ALTER SYSTEM SET outbox.progress_topic = 'has space';
 ALTER SYSTEM SET outbox.progress_topic = '';
 
+-- A topic not created yet counts toward death only if asked: a Boolean.
+ALTER SYSTEM SET outbox.missing_topic_dead = 'sometimes';
+
 -- Relay settings: a database may have its own (ALTER DATABASE ... SET, a
 -- superuser's), checked when set; the Kafka properties, which may hold
 -- secrets, only cluster-wide: every role can read pg_db_role_setting.

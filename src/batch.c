@@ -44,6 +44,7 @@ relay_settings_now(void)
 	settings.max_attempts = outbox_max_attempts;
 	settings.backoff_min = outbox_backoff_min;
 	settings.backoff_max = outbox_backoff_max;
+	settings.missing_topic_dead = outbox_missing_topic_dead;
 	settings.max_in_flight_events = outbox_max_in_flight_events;
 	settings.max_in_flight_size = outbox_max_in_flight_size;
 	return settings;

@@ -8,9 +8,12 @@
  * broker refused it, or refused its topic) it becomes dead; failures for
  * the broker's sake (timeouts while no broker answers, broker unreachable)
  * are counted and shown but never make an event dead, so an outage,
- * however long, loses nothing.  'new' rows wait for a retry, 'sending'
- * rows are in flight and answered for one by one; both hold back the
- * later events of their key.
+ * however long, loses nothing.  Nor do failures because the event's topic
+ * does not exist yet (a cluster that does not create topics on first use,
+ * and an operator who creates it late): the event waits for it, unless
+ * outbox.missing_topic_dead says otherwise.  'new' rows wait for a retry,
+ * 'sending' rows are in flight and answered for one by one; both hold
+ * back the later events of their key.
  *
  * src/event_state.c
  */
@@ -82,9 +85,18 @@ static SPIPlanPtr reset_sending_plan = NULL;
  */
 static HTAB *refused = NULL;
 
+/*
+ * Topics said to be missing (relay_say_topic_missing): each is said once
+ * while its events wait, however many and however long, and again only
+ * if it goes missing again after an event of it was delivered.
+ */
+static HTAB *missing_said = NULL;
+
 static void log_dead(const OutboxMessage *msg, int failures, const char *error);
-static const char *failure_text(const RelayBatch *batch, int i, bool *refused);
+static const char *failure_text(const RelayBatch *batch, int i, bool *refused,
+								bool *missing);
 static void note_refused(int64 id, bool is_refused);
+static void forget_missing(const char *topic);
 
 /*
  * relay_set_state: write an event's delivery state, due again delay_ms
@@ -167,6 +179,7 @@ relay_record_outcome(const RelayBatch *batch, int i)
 	{
 		relay_set_state(msg->event_id, "sent", batch->attempts[i], 0, NULL);
 		note_refused(msg->event_id, false);
+		forget_missing(msg->topic);
 	}
 	else
 		relay_record_failure(batch, i);
@@ -176,27 +189,36 @@ relay_record_outcome(const RelayBatch *batch, int i)
  * relay_record_failure: note a failed try of event i of batch, which had
  * failed batch->attempts[i] times before: back off, or declare it dead,
  * by the settings the batch was read with.  A purge (the producer was
- * stopped) is no try: the event is due again at once, uncounted.
+ * stopped) is no try: the event is due again at once, uncounted.  An
+ * event whose topic does not exist waits for it: its tries are counted
+ * and backed off, but make it dead only with outbox.missing_topic_dead.
  */
 void
 relay_record_failure(const RelayBatch *batch, int i)
 {
 	const OutboxMessage *msg = &batch->msgs[i];
 	bool refused = !msg->transient;
-	const char *error = failure_text(batch, i, &refused);
+	bool missing = false;
+	const char *error = failure_text(batch, i, &refused, &missing);
 	int failures = batch->attempts[i] + 1;
-	bool dead = refused && failures >= batch->settings.max_attempts;
+	bool dead;
 
 	if (msg->purged)
 	{
 		relay_set_state(msg->event_id, "new", batch->attempts[i], 0, NULL);
 		return;
 	}
+	if (missing)
+		refused = batch->settings.missing_topic_dead;
+	dead = refused && failures >= batch->settings.max_attempts;
 	relay_set_state(msg->event_id, dead ? "dead" : "new", failures,
 					dead ? 0 : relay_backoff_ms(&batch->settings, failures),
 					error);
-	note_refused(msg->event_id, refused && !dead && failures >= 2);
-	if (refused && !dead)
+	/* Not alone: a missing topic refuses its events whatever travels along. */
+	note_refused(msg->event_id, refused && !missing && !dead && failures >= 2);
+	if (missing)
+		relay_say_topic_missing(msg->topic, batch->settings.missing_topic_dead);
+	else if (refused && !dead)
 		log_refused(msg, error);
 	/* What relay_status() shows, once this is recorded. */
 	((OutboxMessage *) msg)->error_text =
@@ -272,11 +294,14 @@ log_refused(const OutboxMessage *msg, const char *error)
 /*
  * failure_text: why event i failed, in at most a few hundred bytes.  A
  * timeout is the broker's sake unless the cluster, which acknowledges
- * others, reports an error for the event's topic: then *refused.  An
- * unknown topic names the cluster's word too (an invalid name, say).
+ * others, reports an error for the event's topic: then *refused, or
+ * *missing if the error is that the topic does not exist.  An unknown
+ * topic names the cluster's word too (an invalid name, say); one the
+ * cluster no longer reports was created meanwhile: *missing, so that the
+ * event is retried uncounted.
  */
 static const char *
-failure_text(const RelayBatch *batch, int i, bool *refused)
+failure_text(const RelayBatch *batch, int i, bool *refused, bool *missing)
 {
 	const OutboxMessage *msg = &batch->msgs[i];
 	char reported[256];
@@ -284,11 +309,95 @@ failure_text(const RelayBatch *batch, int i, bool *refused)
 	if ((msg->timed_out || msg->topic_unknown) &&
 		outbox_kafka_topic_refused(msg->topic, reported, sizeof(reported)))
 	{
+		if (outbox_kafka_topic_missing(msg->topic))
+		{
+			*missing = true;
+			return relay_topic_missing_text(msg->topic,
+											batch->settings.missing_topic_dead);
+		}
 		*refused = true;
 		return psprintf("%s; the cluster reports for topic \"%.200s\": %s",
 						msg->error_text, msg->topic, reported);
 	}
+	if (msg->topic_unknown && !msg->transient)
+	{
+		*missing = true;
+		return relay_topic_missing_text(msg->topic,
+										batch->settings.missing_topic_dead);
+	}
 	return msg->error_text ? msg->error_text : "delivery failed";
+}
+
+/*
+ * relay_topic_missing_text: what an event of topic, which the cluster
+ * reports does not exist, waits for, or (dead: outbox.missing_topic_dead)
+ * why it fails; the same words in outbox.events' last_error,
+ * relay_status() and the server log.
+ */
+const char *
+relay_topic_missing_text(const char *topic, bool dead)
+{
+	if (dead)
+		return psprintf("topic \"%.200s\" does not exist: the cluster reports "
+						"it unknown and does not create it",
+						topic);
+	return psprintf("waiting for topic \"%.200s\" to be created: the cluster "
+					"reports that it does not exist",
+					topic);
+}
+
+/*
+ * relay_say_topic_missing: say once that events of topic wait for it to be
+ * created (see missing_said), by the rule dead says: whether they become
+ * dead after outbox.max_attempts (outbox.missing_topic_dead).
+ */
+void
+relay_say_topic_missing(const char *topic, bool dead)
+{
+	uint64 hash = relay_topic_hash(topic);
+
+	if (missing_said == NULL)
+		missing_said = relay_key_set(TopMemoryContext);
+	if (relay_key_has(missing_said, hash))
+		return;
+	relay_key_add(missing_said, hash);
+	if (dead)
+		ereport(LOG,
+				(errmsg("outbox relay: events wait for topic \"%s\" to be "
+						"created",
+						topic),
+				 errdetail("The Kafka cluster reports that the topic does not "
+						   "exist, and does not create it.  Its events are "
+						   "retried with backoff and, as "
+						   "outbox.missing_topic_dead is on, become dead after "
+						   "outbox.max_attempts tries."),
+				 errhint("Create the topic in Kafka.")));
+	else
+		ereport(LOG,
+				(errmsg("outbox relay: events wait for topic \"%s\" to be "
+						"created",
+						topic),
+				 errdetail("The Kafka cluster reports that the topic does not "
+						   "exist, and does not create it.  Its events are "
+						   "retried with backoff and delivered once it exists; "
+						   "later events of their keys wait behind them, and "
+						   "other topics go on."),
+				 errhint("Create the topic in Kafka.")));
+}
+
+/*
+ * forget_missing: an event of topic was delivered: if the topic goes
+ * missing again, say so again.
+ */
+static void
+forget_missing(const char *topic)
+{
+	uint64 hash;
+
+	if (missing_said == NULL || hash_get_num_entries(missing_said) == 0)
+		return;
+	hash = relay_topic_hash(topic);
+	(void) hash_search(missing_said, &hash, HASH_REMOVE, NULL);
 }
 
 /*

@@ -705,7 +705,8 @@ record_failures(TimestampTz now)
 			if (msg->done && msg->error != 0 && !msg->transient)
 			{
 				relay_record_failure(b, i);
-				if (msg->timed_out) /* blame_topics */
+				/* blame_topics, or a topic that does not exist (yet) */
+				if (msg->timed_out || msg->topic_unknown)
 					hold_topic(b, i, now);
 			}
 			else if (stuck && !relay_batch_answered(b, i))

@@ -66,6 +66,7 @@ static void let_go(RelayBatch *batch);
 static bool freeable(const RelayBatch *batch);
 static void unstick(RelayBatch *batch, int i);
 static bool later_acked(const RelayBatch *batch);
+static bool first_waiting_missing(const RelayBatch *batch);
 static StuckTopic *enter_stuck(const char *topic, const char *then);
 static void say_stuck(const char *topic, uint64 hash, const char *then);
 
@@ -261,15 +262,34 @@ relay_flight_idle(void)
 /*
  * relay_flight_may_hand_over: whether batch's unanswered events are stuck
  * rather than slow: it waited HANDOVER_MS, and Kafka acknowledged a
- * message sent after the first of them.  Any acknowledgement since the
- * batch was sent would not do: under a burst, the first half of a large
- * batch is acknowledged while the rest is on its way.
+ * message sent after the first of them, or the cluster reports that the
+ * first one's topic does not exist (librdkafka holds its messages for
+ * topic.metadata.propagation.max.ms, 30 s, and nothing may come after
+ * them).  Any acknowledgement since the batch was sent would not do:
+ * under a burst, the first half of a large batch is acknowledged while
+ * the rest is on its way.
  */
 bool
 relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 {
-	return later_acked(batch) &&
-		   TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
+	if (!TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS))
+		return false;
+	return later_acked(batch) || first_waiting_missing(batch);
+}
+
+/*
+ * first_waiting_missing: whether the cluster reports that the topic of
+ * batch's first unanswered event does not exist.
+ */
+static bool
+first_waiting_missing(const RelayBatch *batch)
+{
+	for (int i = 0; i < batch->count; i++)
+	{
+		if (!relay_batch_answered(batch, i))
+			return outbox_kafka_topic_missing(batch->msgs[i].topic);
+	}
+	return false;
 }
 
 /*
@@ -317,12 +337,14 @@ later_acked(const RelayBatch *batch)
  * relay_flight_next_handover: when the oldest batch of first sends or the
  * batch of retries may hand over, for the loop's wait; 0 if neither can
  * (nothing waits, or Kafka acknowledged nothing sent after it: an answer
- * wakes the loop anyway).
+ * wakes the loop anyway).  A batch still unanswered is looked at once
+ * when HANDOVER_MS is over, acknowledged or not: its topic may not exist.
  */
 TimestampTz
 relay_flight_next_handover(void)
 {
 	RelayBatch *candidates[2] = {relay_flight_head(), retry_batch};
+	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz at = 0;
 
 	for (int c = 0; c < 2; c++)
@@ -330,9 +352,11 @@ relay_flight_next_handover(void)
 		RelayBatch *b = candidates[c];
 		TimestampTz when;
 
-		if (b == NULL || !later_acked(b))
+		if (b == NULL || relay_batch_all_answered(b))
 			continue;
 		when = TimestampTzPlusMilliseconds(b->sent_at, HANDOVER_MS);
+		if (!later_acked(b) && when <= now)
+			continue;
 		at = at == 0 ? when : Min(at, when);
 	}
 	return at;
@@ -532,7 +556,9 @@ relay_flight_take_tally(void)
 /*
  * say_stuck: say once (again after STUCK_REPEAT_MS) that events of topic
  * wait for Kafka while other topics go on, with what the cluster reports
- * for the topic if it reports anything; relay_status() shows it too.
+ * for the topic if it reports anything; relay_status() shows it too.  A
+ * topic that does not exist is said once for as long as it is missing,
+ * by event_state.c, and named so here.
  */
 static void
 say_stuck(const char *topic, uint64 hash, const char *then)
@@ -547,6 +573,15 @@ say_stuck(const char *topic, uint64 hash, const char *then)
 	if (found && !TimestampDifferenceExceeds(*last, now, STUCK_REPEAT_MS))
 		return;
 	*last = now;
+	if (outbox_kafka_topic_missing(topic))
+	{
+		strlcpy(stuck_reason,
+				relay_topic_missing_text(topic, outbox_missing_topic_dead),
+				sizeof(stuck_reason));
+		relay_say_topic_missing(topic, outbox_missing_topic_dead);
+		tally.error = stuck_reason;
+		return;
+	}
 	if (outbox_kafka_topic_refused(topic, reported, sizeof(reported)))
 		snprintf(stuck_reason, sizeof(stuck_reason),
 				 "events of topic \"%.249s\" are stuck: the cluster reports %s",

@@ -77,7 +77,9 @@
  * refuses new ones at once while the judgement holds (REFUSAL_KEEP_MS;
  * then the next send asks again).  An unknown topic
  * is not judged so: it may be created a moment later, so librdkafka's
- * topic.metadata.propagation.max.ms (30 s) passes before it fails.
+ * topic.metadata.propagation.max.ms (30 s) passes before it fails, and
+ * its events then wait for it (outbox_kafka_topic_missing, event_state.c)
+ * rather than count toward death.
  */
 
 /*
@@ -150,6 +152,7 @@ typedef struct TopicReport
 	uint32 hash; /* of the topic; 0 for a free slot */
 	TimestampTz asked_at;
 	bool refused;
+	bool missing;  /* the cluster reports that the topic does not exist */
 	int permanent; /* the cluster's error, if it refuses the topic for good */
 	char text[128];
 } TopicReport;
@@ -223,6 +226,7 @@ static void note_problem(const char *line);
 static const char *gist(const char *text);
 static bool topic_error(const char *topic, char *text, size_t size);
 static bool is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err);
+static bool is_unknown_topic(rd_kafka_resp_err_t err);
 static rd_kafka_resp_err_t topic_metadata_error(const char *topic);
 static rd_kafka_resp_err_t topic_metadata_error_within(const char *topic,
 													   int timeout_ms);
@@ -455,7 +459,7 @@ refused_at_once(OutboxMessage *msg, rd_kafka_resp_err_t err)
 	msg->done = true;
 	msg->error = err;
 	msg->transient = is_transient(producer, err);
-	msg->topic_unknown = err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+	msg->topic_unknown = is_unknown_topic(err);
 	msg->error_text = rd_kafka_err2str(err);
 	failures++;
 	return KAFKA_REFUSED;
@@ -1014,7 +1018,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	msg->error_text = err ? rd_kafka_err2str(err) : NULL;
 	msg->timed_out = err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
 	gap_feared |= msg->timed_out;
-	msg->topic_unknown = err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+	msg->topic_unknown = is_unknown_topic(err);
 	msg->purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
 				  err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
 }
@@ -1287,6 +1291,18 @@ is_transient(rd_kafka_t *rk, rd_kafka_resp_err_t err)
 }
 
 /*
+ * is_unknown_topic: whether err says the topic does not exist: librdkafka's
+ * own word, or the broker's, which librdkafka 2.0 passes on once
+ * topic.metadata.propagation.max.ms is over.
+ */
+static bool
+is_unknown_topic(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
+		   err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+}
+
+/*
  * outbox_kafka_topic_refused: whether the cluster, asked briefly, reports
  * an error for topic (unknown, not authorized...) while it acknowledges
  * other messages: a message of that topic that timed out was then refused
@@ -1312,6 +1328,23 @@ outbox_kafka_topic_refused(const char *topic, char *text, size_t size)
 }
 
 /*
+ * outbox_kafka_topic_missing: whether the cluster, asked as
+ * outbox_kafka_topic_refused asks, reports that topic does not exist
+ * (UNKNOWN_TOPIC_OR_PART: not created yet, and the cluster does not
+ * create topics on first use).  Not an authorization failure, which Kafka
+ * reports as such for a topic the client may not describe, nor an invalid
+ * name (TOPIC_EXCEPTION): those are refusals (refused_for_good).
+ */
+bool
+outbox_kafka_topic_missing(const char *topic)
+{
+	char text[128];
+
+	return outbox_kafka_topic_refused(topic, text, sizeof(text)) &&
+		   topic_report(topic)->missing;
+}
+
+/*
  * judge: record what the cluster reported for a topic (err) in its slot.
  * A new refusal for good takes back what librdkafka holds, if it may hold
  * messages of the topic (held); one that lasts does not: while it is
@@ -1324,6 +1357,7 @@ judge(TopicReport *slot, rd_kafka_resp_err_t err, bool held)
 	slot->asked_at = GetCurrentTimestamp();
 	slot->refused = err != RD_KAFKA_RESP_ERR_NO_ERROR &&
 					err != RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+	slot->missing = err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 	slot->permanent = refused_for_good(err) ? err : 0;
 	strlcpy(slot->text, rd_kafka_err2str(err), sizeof(slot->text));
 	if (slot->permanent && held)

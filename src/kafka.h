@@ -48,7 +48,7 @@ typedef struct OutboxMessage
 	int error;              /* 0 when Kafka acknowledged it */
 	bool transient;         /* failed for the broker's sake, not its own */
 	bool timed_out;         /* librdkafka gave up waiting for the broker */
-	bool topic_unknown;     /* librdkafka found no such topic */
+	bool topic_unknown;     /* librdkafka or the broker found no such topic */
 	bool purged;            /* the producer was stopped before an answer */
 	const char *error_text; /* static text from librdkafka */
 } OutboxMessage;
@@ -116,6 +116,7 @@ extern bool outbox_kafka_fenced(void);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
 extern bool outbox_kafka_unauthorized(int err);
+extern bool outbox_kafka_topic_missing(const char *topic);
 extern const char *outbox_kafka_version(void);
 extern const char *outbox_kafka_broker_state(void);
 extern char *outbox_kafka_stall_reason(void);

@@ -67,6 +67,7 @@ char *outbox_progress_topic = NULL;
 int outbox_max_attempts = DEFAULT_MAX_ATTEMPTS;
 int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
 int outbox_backoff_max = DEFAULT_BACKOFF_MAX_MS;
+bool outbox_missing_topic_dead = false;
 int outbox_batch_size = DEFAULT_BATCH_SIZE;
 int outbox_max_in_flight_events = DEFAULT_MAX_IN_FLIGHT_EVENTS;
 int outbox_max_in_flight_size = DEFAULT_MAX_IN_FLIGHT_SIZE;
@@ -240,6 +241,14 @@ define_relay_settings(void)
 			"Only failures the broker reports for the event count toward death; timeouts never do."),
 		&outbox_max_attempts, DEFAULT_MAX_ATTEMPTS, 1, 1000, PGC_SUSET, 0,
 		NULL, NULL, NULL);
+
+	DefineCustomBoolVariable(
+		"outbox.missing_topic_dead",
+		gettext_noop("Whether an event whose topic does not exist becomes "
+					 "dead after outbox.max_attempts."),
+		gettext_noop("Off: it waits, retried with backoff, until the topic is "
+					 "created."),
+		&outbox_missing_topic_dead, false, PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomIntVariable(
 		"outbox.backoff_min",

@@ -156,6 +156,7 @@ extern char *outbox_progress_topic;
 extern int outbox_max_attempts;
 extern int outbox_backoff_min;
 extern int outbox_backoff_max;
+extern bool outbox_missing_topic_dead;
 extern int outbox_batch_size;
 extern int outbox_max_in_flight_events;
 extern int outbox_max_in_flight_size;

@@ -73,6 +73,7 @@ typedef struct RelaySettings
 	int max_attempts;
 	int backoff_min;
 	int backoff_max;
+	bool missing_topic_dead; /* a missing topic's events count toward death */
 	int max_in_flight_events;
 	int max_in_flight_size;
 } RelaySettings;
@@ -184,6 +185,8 @@ extern uint64 relay_topic_hash(const char *topic);
 extern void relay_set_state(int64 id, const char *status, int attempts,
 							int delay_ms, const char *error);
 extern void relay_record_failure(const RelayBatch *batch, int i);
+extern const char *relay_topic_missing_text(const char *topic, bool dead);
+extern void relay_say_topic_missing(const char *topic, bool dead);
 extern void relay_record_outcome(const RelayBatch *batch, int i);
 extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
 extern void relay_pending_keys(HTAB *keys);

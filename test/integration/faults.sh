@@ -202,21 +202,23 @@ t_fault_metadata() {
     reset_properties
 }
 
-# Metadata says the topic does not exist (not retriable): a refusal, so
-# the events die after outbox.max_attempts, each said in the log; once the
-# topic exists, replayed, they arrive.
+# Metadata says the topic does not exist (not retriable), and
+# outbox.missing_topic_dead is on (0.2.0's rule; off, they wait:
+# topic_created_late): the events die after outbox.max_attempts, each said
+# in the log; once the topic exists, replayed, they arrive.
 t_fault_metadata_unknown_topic() {
     local topic=mock.fault.notopic pid
     mock create $topic 1
     pid=$(relay_pid)
     mock topic-error $topic 3
     set_setting outbox.kafka_properties "topic.metadata.propagation.max.ms=500"
+    set_setting outbox.missing_topic_dead on
     LOG_MARK=$(log_mark)
     enqueue $topic 5 nt
     wait_until 30 "SELECT count(*) = 5 FROM outbox.dead_letters WHERE topic = '$topic' AND attempts = 3" \
         || fail "events not dead after 3 refusals: $(sql "SELECT string_agg(status || '/' || attempts, ' ') FROM outbox.events WHERE topic = '$topic'")"
-    log_shows 'outbox relay: event [0-9]+ is dead after 3 failed attempts: (Broker|Local): Unknown topic'
-    status_shows 'Unknown topic'
+    log_shows "outbox relay: event [0-9]+ is dead after 3 failed attempts: topic \"$topic\" does not exist"
+    status_shows "topic \"$topic\" does not exist"
     mock topic-error $topic 0
     # librdkafka keeps "no such topic" for a moment after the topic is
     # back, and may refuse a replayed event again: replay until all went.
@@ -230,6 +232,7 @@ t_fault_metadata_unknown_topic() {
     UNORDERED=1 arrive_once $topic 5 "$MOCK_BROKERS"
     relay_steady "$pid"
     reset_properties
+    sql "ALTER SYSTEM RESET outbox.missing_topic_dead" && sql "SELECT pg_reload_conf()" >/dev/null
 }
 
 # InitProducerId answered "coordinator loading" and then "coordinator not

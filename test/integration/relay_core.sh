@@ -203,21 +203,20 @@ replayed_until_sent() {
 }
 
 # A topic the broker says does not exist (UNKNOWN_TOPIC_OR_PART: created
-# late, auto-create off) holds an event of key K; the healthy topic flows
-# as above, and a second event of K waits behind the first.  Once the topic
-# exists both arrive, the first before the second.  outbox.max_attempts is
-# raised so neither dies: this case is about order, not death.
+# late, auto-create off) holds an event of key K, which waits for it (not
+# dead: outbox.missing_topic_dead is off); the healthy topic flows as
+# above, and a second event of K waits behind the first.  Once the topic
+# exists both arrive, the first before the second.
 t_unknown_topic_isolated() {
     local topic=mock.refused.unknown first second pid out=$IT_TMP/unknown.tsv
     pid=$(relay_pid)
-    set_setting outbox.max_attempts 100
     properties_applied "message.timeout.ms=30000"
     LOG_MARK=$(log_mark)
     refused_event $topic 3 K
     first=$REFUSED_ID
     healthy_flow mock.refused.unknown.healthy 100
     second=$(sql "SELECT outbox.enqueue('T', '$topic-second', '{\"seq\": 2}', topic => '$topic', msg_key => 'K')")
-    refusal_visible $topic "$first" '[Uu]nknown topic'
+    refusal_visible $topic "$first" 'to be created'
     # Per-key order: the second does not overtake the first that waits.
     holds 3 "SELECT (SELECT status FROM outbox.events WHERE id = $second) <> 'sent'" \
         || fail "event $second of key K was sent while event $first of K waited"
@@ -229,7 +228,6 @@ t_unknown_topic_isolated() {
     expect "events of K in offset order" "$(consumed_in_order "$out" | tr '\n' ' ')" "$first $second "
     relay_steady "$pid"
     reset_properties
-    reset_setting outbox.max_attempts
 }
 
 # consumed_in_order FILE: the event ids of FILE (one partition) in offset
