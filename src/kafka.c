@@ -583,8 +583,8 @@ close_gap(void)
 		return;
 	gap_feared = false;
 	if (!transactional)
-		(void) rd_kafka_purge(producer,
-							  RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		(void) rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE |
+											RD_KAFKA_PURGE_F_INFLIGHT);
 }
 
 /*
