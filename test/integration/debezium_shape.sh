@@ -5,10 +5,10 @@
 # must equal Debezium's of the same key in topic, partition, key, value
 # bytes and headers, and a consumer written for Debezium's shape must apply
 # both unchanged.  Real broker.  Debezium needs java, mvn (its jars are
-# resolved once into ~/.m2), wal_level = logical and a TCP port: the case
-# restarts the server for them and back, and skips only Debezium's side
-# when it cannot start; the relay's shape is checked against the table
-# either way.
+# resolved once into ~/.m2), wal_level = logical and TCP (on a loopback
+# address of its own): the case restarts the server for them and back,
+# and skips only Debezium's side when it cannot start; the relay's shape
+# is checked against the table either way.
 
 . bench/debezium.sh
 
@@ -33,13 +33,21 @@ dbzshape_sql_helpers() {
          CREATE TABLE dbzshape_applied (id text, key text, type text, value jsonb)"
 }
 
-# dbzshape_restart_for_debezium PORT: wal_level = logical and TCP on PORT
-# (initdb's pg_hba.conf trusts loopback), then point clients at PORT.
+# dbzshape_restart_for_debezium: wal_level = logical and TCP for Debezium's
+# JDBC and replication connections, on a loopback address of its own
+# (DBZ_ADDR) and the same port: a relay that sees its server's port change
+# takes a new Kafka identity.
 dbzshape_restart_for_debezium() {
-    sql "ALTER SYSTEM SET wal_level = logical" && sql "ALTER SYSTEM SET listen_addresses = '127.0.0.1'" &&
-        sql "ALTER SYSTEM SET port = $1" || return 1
-    cluster_ctl -w -t 60 restart >/dev/null || return 1
-    export PGPORT=$1
+    local i
+    for i in 1 2 3 4 5; do
+        DBZ_ADDR=127.$((RANDOM % 250 + 2)).$((RANDOM % 250 + 2)).1
+        ss -ltn 2>/dev/null | grep -q " $DBZ_ADDR:5432 " || break
+    done
+    cp "$CLUSTER_DATA/pg_hba.conf" "$IT_TMP/pg_hba.conf.orig"
+    printf '%s\n' "host all all $DBZ_ADDR/32 trust" "host replication all $DBZ_ADDR/32 trust" \
+        >>"$CLUSTER_DATA/pg_hba.conf"
+    sql "ALTER SYSTEM SET wal_level = logical" && sql "ALTER SYSTEM SET listen_addresses = '$DBZ_ADDR'" || return 1
+    cluster_ctl -w -t 60 restart >/dev/null
 }
 
 # dbzshape_restore: the database's format the default again, Debezium
@@ -53,13 +61,13 @@ dbzshape_restore() {
     debezium_use dbz_shape
     [ -z "${DEBEZIUM_DIR:-}" ] || cp "$DEBEZIUM_DIR/connect.log" "$IT_TMP/debezium-connect.log" 2>/dev/null
     debezium_stop
-    if [ "$PGPORT" != 5432 ]; then
+    if [ -n "$DBZ_ADDR" ]; then
         wait_until 20 "SELECT NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = 'dbz_shape' AND active)" \
             || fail "Debezium's slot still active"
         sql "SELECT pg_drop_replication_slot('dbz_shape') FROM pg_replication_slots WHERE slot_name = 'dbz_shape'" >/dev/null
-        sql "ALTER SYSTEM RESET wal_level" && sql "ALTER SYSTEM RESET listen_addresses" && sql "ALTER SYSTEM RESET port"
+        sql "ALTER SYSTEM RESET wal_level" && sql "ALTER SYSTEM RESET listen_addresses"
+        cp "$IT_TMP/pg_hba.conf.orig" "$CLUSTER_DATA/pg_hba.conf"
         cluster_ctl -w -t 60 restart >/dev/null || fail "the server did not restart as before"
-        export PGPORT=5432
     else
         sql "SELECT pg_reload_conf()" >/dev/null
     fi
@@ -71,17 +79,15 @@ dbzshape_restore() {
 # dbzshape_debezium_start: Debezium reading dbz_outbox of the test
 # database; false, with DBZ_WHY set, if it cannot run here.
 dbzshape_debezium_start() {
-    local port
     command -v "$DEBEZIUM_JAVA" >/dev/null && command -v mvn >/dev/null \
         || { DBZ_WHY="no java or mvn to run Debezium"; return 1; }
-    port=$(kafka_free_port)
-    dbzshape_restart_for_debezium "$port" || { DBZ_WHY="the server did not restart with wal_level = logical"; return 1; }
+    dbzshape_restart_for_debezium || { DBZ_WHY="the server did not restart with wal_level = logical"; return 1; }
     debezium_use dbz_shape
     debezium_schema | "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$IT_DB" >/dev/null \
         || { DBZ_WHY="Debezium's table, publication or slot could not be made"; return 1; }
-    debezium_setup "$IT_TMP/debezium" "$port" "$IT_DB" \
+    debezium_setup "$IT_TMP/debezium" 5432 "$IT_DB" \
         || { DBZ_WHY="Debezium's jars could not be resolved (mvn, ~/.m2)"; return 1; }
-    debezium_start >/dev/null 2>"$IT_TMP/debezium.err" \
+    debezium_start "$DEBEZIUM_LATENCY database.hostname=$DBZ_ADDR" >/dev/null 2>"$IT_TMP/debezium.err" \
         || { DBZ_WHY="Debezium did not start: $(tail -c 300 "$IT_TMP/debezium.err")"; return 1; }
 }
 
@@ -159,8 +165,9 @@ dbzshape_consumer() {
 # consumer run twice over both (a redelivery) and outbox.claim on the
 # relay's headers; then the relay back to its own shape.
 t_debezium_shape() {
-    local out=$IT_TMP/dbzshape.tsv want=$DBZ_EVENTS dbz=1 id after
-    DBZ_WHY=
+    local out=$IT_TMP/dbzshape.tsv want=$DBZ_EVENTS dbz=1 id after mark
+    mark=$(log_mark)
+    DBZ_WHY= DBZ_ADDR=
     dbzshape_sql_helpers
     dbzshape_debezium_start || dbz=
     dbzshape_format_debezium || { dbzshape_restore; return; }
@@ -194,6 +201,7 @@ t_debezium_shape() {
                 SELECT headers FROM dbzshape_relay WHERE key = 'order-1') x")" "true,false"
 
     dbzshape_restore
+    log_since "$mark" | grep -q "takes a new Kafka identity" && fail "the restarts gave the relay a new Kafka identity"
     # Back to the default: the relay's own shape again.
     id=$(sql "SELECT outbox.enqueue('OrderPlaced', 'dbzshape-after', '{\"a\": 1}', topic => '$DBZ_TOPIC.after')")
     after=$("$TOOLS/outbox-consume" -b "$IT_BROKERS" -t "$DBZ_TOPIC.after" -n 1 -T 30000 2>/dev/null | cut -f5,6)
