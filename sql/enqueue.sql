@@ -121,6 +121,14 @@ SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::json
 SELECT outbox.enqueue('T', 'exact', json_build_object('s', repeat('x', 51))::jsonb) IS NOT NULL AS exact_fits;
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'escaped', json_build_object('s', repeat(chr(1), 10))));
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'one-over', json_build_object('s', repeat('x', 46))));
+-- In Debezium's shape (the session's outbox.message_format, as a
+-- database's setting gives it) the value is jsonb's text, a space after
+-- each colon and comma: a payload exactly at the limit as compact JSON is
+-- one byte over.
+SET outbox.message_format = debezium;
+SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'dbz-a', json_build_object('s', repeat('x', 51))));
+SELECT outbox.enqueue('T', 'dbz-b', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS debezium_exact_fits;
+RESET outbox.message_format;
 -- The key that counts is msg_key when given (biz_key counts as a header).
 SELECT outbox.enqueue('T', 'exact-mk', json_build_object('s', repeat('x', 48))::jsonb,
                       msg_key => 'exact') IS NOT NULL AS exact_msg_key_fits;

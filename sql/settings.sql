@@ -16,6 +16,8 @@ ALTER SYSTEM RESET outbox.kafka_properties;
 ALTER SYSTEM SET outbox.delivery = 'exactly-once';
 ALTER SYSTEM SET outbox.progress_topic = 'has space';
 ALTER SYSTEM SET outbox.progress_topic = '';
+-- outbox.message_format takes two shapes.
+ALTER SYSTEM SET outbox.message_format = 'json';
 
 -- A topic not created yet counts toward death only if asked: a Boolean.
 ALTER SYSTEM SET outbox.missing_topic_dead = 'sometimes';
@@ -26,6 +28,7 @@ ALTER SYSTEM SET outbox.missing_topic_dead = 'sometimes';
 SELECT err($$ALTER DATABASE contrib_regression SET outbox.batch_size = 0$$);
 ALTER DATABASE contrib_regression SET outbox.kafka_brokers = 'localhost:9092';
 ALTER DATABASE contrib_regression SET outbox.delivery = exactly_once;
+ALTER DATABASE contrib_regression SET outbox.message_format = debezium;
 SELECT err($$ALTER DATABASE contrib_regression SET outbox.kafka_properties = 'sasl.password=hunter2'$$);
 SELECT err($$ALTER DATABASE contrib_regression SET outbox.database = 'other'$$);
 SELECT split_part(c, '=', 1) AS database_setting
@@ -34,6 +37,7 @@ SELECT split_part(c, '=', 1) AS database_setting
    AND c LIKE 'outbox.%' ORDER BY 1;
 ALTER DATABASE contrib_regression RESET outbox.kafka_brokers;
 ALTER DATABASE contrib_regression RESET outbox.delivery;
+ALTER DATABASE contrib_regression RESET outbox.message_format;
 
 -- Non-superusers can neither read nor list the Kafka properties.
 CREATE ROLE outbox_reader;

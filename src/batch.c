@@ -28,7 +28,9 @@
 #include "relay.h"
 
 static void make_message(OutboxMessage *msg, const BatchRow *row);
+static void make_value(OutboxMessage *msg, const BatchRow *row, bool debezium);
 static void add_user_headers(OutboxMessage *msg, Jsonb *headers);
+static bool is_relay_header(const OutboxMessage *msg, const char *name, int len);
 static char *column_text(const BatchRow *row, int col);
 
 /*
@@ -265,38 +267,29 @@ relay_topic_hash(const char *topic)
 }
 
 /*
- * make_message: the rest of the message from its row: key, value (the
- * bytes enqueue_bytes took, or the payload as compact JSON) and the
- * headers consumers rely on, in the current memory.
+ * make_message: the rest of the message from its row, in the current
+ * memory: key, value and the headers consumers rely on, shaped as
+ * outbox.message_format says.
  */
 static void
 make_message(OutboxMessage *msg, const BatchRow *row)
 {
-	StringInfoData value;
+	bool debezium = outbox_message_format == OUTBOX_FORMAT_DEBEZIUM;
 	char *event_id = palloc(MAXINT8LEN + 1);
 
 	msg->key = column_text(row, BATCH_COL_MSG_KEY);
 	msg->key_len = strlen(msg->key);
-	if (row->nulls[BATCH_COL_PAYLOAD - 1])
-	{
-		bytea *bytes = DatumGetByteaPP(row->values[BATCH_COL_PAYLOAD_BYTES - 1]);
+	make_value(msg, row, debezium);
 
-		msg->value = VARDATA_ANY(bytes);
-		msg->value_len = VARSIZE_ANY_EXHDR(bytes);
-	}
-	else
-	{
-		initStringInfo(&value);
-		(void) outbox_json_compact(
-			&value, DatumGetJsonbP(row->values[BATCH_COL_PAYLOAD - 1]), -1);
-		msg->value = value.data;
-		msg->value_len = value.len;
-	}
-
+	/*
+	 * Debezium's event router names the event id "id" and, as its usual
+	 * table.fields.additional.placement puts it, the type "type".  biz_key
+	 * and outbox_source stay: outbox.claim dedupes by them.
+	 */
 	(void) pg_lltoa(msg->event_id, event_id);
-	msg->header_names[0] = "event_id";
+	msg->header_names[0] = debezium ? "id" : "event_id";
 	msg->header_values[0] = event_id;
-	msg->header_names[1] = "biz_type";
+	msg->header_names[1] = debezium ? "type" : "biz_type";
 	msg->header_values[1] = column_text(row, BATCH_COL_BIZ_TYPE);
 	msg->header_names[2] = "biz_key";
 	msg->header_values[2] = column_text(row, BATCH_COL_BIZ_KEY);
@@ -309,8 +302,41 @@ make_message(OutboxMessage *msg, const BatchRow *row)
 }
 
 /*
+ * make_value: the message's value: the bytes enqueue_bytes took, or the
+ * payload as compact JSON, or for Debezium's shape as jsonb's own text
+ * (the text logical decoding hands Debezium, which its string converter
+ * sends as is).
+ */
+static void
+make_value(OutboxMessage *msg, const BatchRow *row, bool debezium)
+{
+	StringInfoData value;
+	Jsonb *payload;
+
+	if (row->nulls[BATCH_COL_PAYLOAD - 1])
+	{
+		bytea *bytes = DatumGetByteaPP(row->values[BATCH_COL_PAYLOAD_BYTES - 1]);
+
+		msg->value = VARDATA_ANY(bytes);
+		msg->value_len = VARSIZE_ANY_EXHDR(bytes);
+		return;
+	}
+	payload = DatumGetJsonbP(row->values[BATCH_COL_PAYLOAD - 1]);
+	initStringInfo(&value);
+	if (debezium)
+		(void) JsonbToCString(&value, &payload->root, VARSIZE(payload));
+	else
+		(void) outbox_json_compact(&value, payload, -1);
+	msg->value = value.data;
+	msg->value_len = value.len;
+}
+
+/*
  * add_user_headers: append the event's own headers (a flat object of
- * strings, as enqueue checked).
+ * strings, as enqueue checked).  One named as a header the relay set is
+ * left out: outbox_source enqueued before the name was the relay's, or id
+ * and type in Debezium's shape, where a consumer taking the last "id"
+ * would take the event's own.
  */
 static void
 add_user_headers(OutboxMessage *msg, Jsonb *headers)
@@ -323,10 +349,8 @@ add_user_headers(OutboxMessage *msg, Jsonb *headers)
 	{
 		if (msg->nheaders >= OUTBOX_MAX_HEADERS)
 			break;
-		/* One enqueued before the name was the relay's is left out. */
-		if (tok == WJB_KEY && v.val.string.len == strlen("outbox_source") &&
-			pg_strncasecmp(v.val.string.val, "outbox_source",
-						   v.val.string.len) == 0)
+		if (tok == WJB_KEY &&
+			is_relay_header(msg, v.val.string.val, v.val.string.len))
 		{
 			(void) JsonbIteratorNext(&it, &v, true);
 			continue;
@@ -338,6 +362,22 @@ add_user_headers(OutboxMessage *msg, Jsonb *headers)
 			msg->header_values[msg->nheaders++] =
 				pnstrdup(v.val.string.val, v.val.string.len);
 	}
+}
+
+/*
+ * is_relay_header: whether name (len bytes) is, case aside, the name of a
+ * header the relay set on msg.
+ */
+static bool
+is_relay_header(const OutboxMessage *msg, const char *name, int len)
+{
+	for (int i = 0; i < OUTBOX_RELAY_HEADERS; i++)
+	{
+		if ((size_t) len == strlen(msg->header_names[i]) &&
+			pg_strncasecmp(name, msg->header_names[i], len) == 0)
+			return true;
+	}
+	return false;
 }
 
 /*

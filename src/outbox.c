@@ -63,6 +63,7 @@ int outbox_max_relays = DEFAULT_MAX_RELAYS;
 char *outbox_kafka_brokers = NULL;
 char *outbox_kafka_properties = NULL;
 int outbox_delivery = OUTBOX_DELIVERY_AT_LEAST_ONCE;
+int outbox_message_format = OUTBOX_FORMAT_OUTBOX;
 char *outbox_progress_topic = NULL;
 int outbox_max_attempts = DEFAULT_MAX_ATTEMPTS;
 int outbox_backoff_min = DEFAULT_BACKOFF_MIN_MS;
@@ -79,6 +80,11 @@ int outbox_alert_delay = DEFAULT_ALERT_DELAY_S;
 static const struct config_enum_entry delivery_options[] = {
 	{"at_least_once", OUTBOX_DELIVERY_AT_LEAST_ONCE, false},
 	{"exactly_once", OUTBOX_DELIVERY_EXACTLY_ONCE, false},
+	{NULL, 0, false}};
+
+static const struct config_enum_entry message_format_options[] = {
+	{"outbox", OUTBOX_FORMAT_OUTBOX, false},
+	{"debezium", OUTBOX_FORMAT_DEBEZIUM, false},
 	{NULL, 0, false}};
 
 /* Prototypes */
@@ -223,6 +229,15 @@ define_relay_settings(void)
 					 "see each event once when they read with "
 					 "isolation.level=read_committed."),
 		&outbox_delivery, OUTBOX_DELIVERY_AT_LEAST_ONCE, delivery_options,
+		PGC_SUSET, 0, NULL, NULL, NULL);
+
+	DefineCustomEnumVariable(
+		"outbox.message_format",
+		gettext_noop("outbox, or debezium: messages shaped as Debezium's outbox "
+					 "event router writes them."),
+		gettext_noop("debezium: the payload as jsonb's text, and headers id and "
+					 "type in place of event_id and biz_type."),
+		&outbox_message_format, OUTBOX_FORMAT_OUTBOX, message_format_options,
 		PGC_SUSET, 0, NULL, NULL, NULL);
 
 	DefineCustomStringVariable(

@@ -152,6 +152,10 @@ extern char *outbox_kafka_properties;
 #define OUTBOX_DELIVERY_AT_LEAST_ONCE 0
 #define OUTBOX_DELIVERY_EXACTLY_ONCE 1
 extern int outbox_delivery;
+/* outbox.message_format */
+#define OUTBOX_FORMAT_OUTBOX 0
+#define OUTBOX_FORMAT_DEBEZIUM 1
+extern int outbox_message_format;
 extern char *outbox_progress_topic;
 extern int outbox_max_attempts;
 extern int outbox_backoff_min;

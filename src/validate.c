@@ -37,6 +37,8 @@ static const char *const reserved_headers[] = {"event_id", "biz_type",
 #define SOURCE_LEN 36          /* a uuid as text */
 
 static size_t varint_size(size_t len);
+static void check_text_size(Jsonb *payload, int key_len, size_t header_len,
+							int64 budget);
 
 /*
  * An entry of outbox.allowed_topics or outbox.allowed_consumers: a name,
@@ -267,7 +269,8 @@ value_budget(int key_len, size_t header_len)
 
 /*
  * outbox_check_size: reject an event whose Kafka message would exceed
- * outbox.max_payload_size, its value being the payload as compact JSON.
+ * outbox.max_payload_size, its value being the payload as compact JSON,
+ * or as jsonb's text in the shape outbox.message_format = debezium sends.
  */
 void
 outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
@@ -275,6 +278,11 @@ outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 	int64 budget = value_budget(key_len, header_len);
 	size_t value_len = 0;
 
+	if (outbox_message_format == OUTBOX_FORMAT_DEBEZIUM)
+	{
+		check_text_size(payload, key_len, header_len, budget);
+		return;
+	}
 	if (outbox_json_compact_size(payload, budget, &value_len))
 		return;
 	ereport(ERROR,
@@ -285,6 +293,32 @@ outbox_check_size(Jsonb *payload, int key_len, size_t header_len)
 					   "(%zu bytes, the relay's own included) exceed "
 					   "outbox.max_payload_size (%d bytes).",
 					   value_len, key_len, header_len, outbox_max_payload_size),
+			 errhint("Store large documents elsewhere and send a reference.")));
+}
+
+/*
+ * check_text_size: outbox_check_size's check of a payload sent as jsonb's
+ * text, which has a space after each colon and comma.
+ */
+static void
+check_text_size(Jsonb *payload, int key_len, size_t header_len, int64 budget)
+{
+	StringInfoData text;
+
+	initStringInfo(&text);
+	(void) JsonbToCString(&text, &payload->root, VARSIZE(payload));
+	pfree(text.data);
+	if ((int64) text.len <= budget)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+			 errmsg("event is too large"),
+			 errdetail("Its payload as jsonb's text (%d bytes, the value "
+					   "outbox.message_format = debezium sends), message key "
+					   "(%d bytes) and headers with their framing (%zu bytes, "
+					   "the relay's own included) exceed "
+					   "outbox.max_payload_size (%d bytes).",
+					   text.len, key_len, header_len, outbox_max_payload_size),
 			 errhint("Store large documents elsewhere and send a reference.")));
 }
 
