@@ -14,7 +14,6 @@
 
 DBZ_TOPIC=dbzshape.event.order
 DBZ_EVENTS=20
-DBZ_M2=${DBZ_M2:-$HOME/.m2/repository}
 
 # dbzshape_sql_helpers: the events both sides send, and what to read the
 # consumer's header text ("name=value,...") with.
@@ -82,9 +81,7 @@ dbzshape_restore() {
 dbzshape_debezium_start() {
     command -v "$DEBEZIUM_JAVA" >/dev/null && command -v mvn >/dev/null \
         || { DBZ_WHY="no java or mvn to run Debezium"; return 1; }
-    # A test downloads nothing: the bench fetches the jars once.
-    [ -d "$DBZ_M2/io/debezium/debezium-connector-postgres/$DEBEZIUM_VERSION" ] \
-        || { DBZ_WHY="Debezium $DEBEZIUM_VERSION is not in $DBZ_M2 (make bench, or mvn -f bench/debezium/pom.xml dependency:resolve, fetches it)"; return 1; }
+    # Its jars come from Maven Central on first use, as the broker's do.
     dbzshape_restart_for_debezium || { DBZ_WHY="the server did not restart with wal_level = logical"; return 1; }
     debezium_use dbz_shape
     debezium_schema | "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$IT_DB" >/dev/null \
