@@ -49,7 +49,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo deb chaos fuzz mutations bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
+.PHONY: test demo deb chaos fuzz mutations kafka-versions bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
 
 # A PostgreSQL whose server this system lacks is tested in the Debian
 # release that ships it (test/matrix, in a root file system of its own).
@@ -72,6 +72,12 @@ examples:
 .PHONY: docs-check
 docs-check:
 	test/docs/run
+
+# The integration suite's real-broker cases against Kafka 3.6.2 and 3.9.1,
+# one version after the other (make test runs every case on 4.1.1, and a
+# few on these two).  KAFKA_VERSIONS="..." picks others.
+kafka-versions:
+	test/integration/versions
 
 # The Debian package postgresql-NN-outbox, built from a copy of the tree;
 # the .deb lands in build/deb/.

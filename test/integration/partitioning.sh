@@ -6,20 +6,27 @@
 PART_KEYS=10000
 PART_PARTITIONS=12
 
+# java_partitions_classes: where the Java tool's class is, one directory
+# per broker version (KAFKA_VERSION), whose kafka-clients it runs with.
+java_partitions_classes() {
+    echo "$TOOLS/java-partitions/classes-$KAFKA_VERSION"
+}
+
 # java_partitions_build: compile the Java tool against the broker's
 # classpath (kafka-clients included), unless its class is newer than its
-# source: once per checkout, not once per case.
+# source: once per checkout and broker version, not once per case.
 java_partitions_build() {
-    local dir=$TOOLS/java-partitions
-    [ "$dir/classes/JavaPartitions.class" -nt "$dir/JavaPartitions.java" ] && return 0
-    javac --release 17 -d "$dir/classes" -cp "$KAFKA_CP" "$dir/JavaPartitions.java"
+    local dir=$TOOLS/java-partitions classes
+    classes=$(java_partitions_classes)
+    [ "$classes/JavaPartitions.class" -nt "$dir/JavaPartitions.java" ] && return 0
+    javac --release 17 -d "$classes" -cp "$KAFKA_CP" "$dir/JavaPartitions.java"
 }
 
 # java_partitions KEYFILE TOPIC...: create each TOPIC with PART_PARTITIONS
 # partitions and send KEYFILE's keys through Java's producer to the first.
 java_partitions() {
     java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-        -cp "$KAFKA_CP:$TOOLS/java-partitions/classes" JavaPartitions \
+        -cp "$KAFKA_CP:$(java_partitions_classes)" JavaPartitions \
         "$IT_BROKERS" "$PART_PARTITIONS" "$@"
 }
 

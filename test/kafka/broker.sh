@@ -10,17 +10,30 @@
 # KAFKA_JVM_OPTS, if set, replaces the JVM's heap and collector options (a
 # small heap by default; bench/run sets its own).  The log cleaner's buffer
 # is 16 MB, not 128 MB: the heap would otherwise hold it for life.
+#
+# KAFKA_VERSION, if set, is the broker's version (e.g. 3.6.2 or 3.9.1; any
+# kafka_2.13 release on Maven Central from 3.5 on, the first whose
+# StorageTool writes SCRAM credentials); unset, the pom's kafka.version.
+# Each version's classpath is cached apart, in test/kafka/.classpath-VERSION.
 
 KAFKA_POM=${KAFKA_POM:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pom.xml}
+KAFKA_VERSION=${KAFKA_VERSION:-$(sed -n 's|.*<kafka.version>\(.*\)</kafka.version>.*|\1|p' "$KAFKA_POM")}
 
-# kafka_classpath: the broker's classpath, resolving it on first use.
+# kafka_classpath: the broker's classpath (KAFKA_VERSION's), resolving it
+# on first use.
 kafka_classpath() {
-    local cpfile="${KAFKA_POM%/*}/.classpath"
+    local cpfile="${KAFKA_POM%/*}/.classpath-$KAFKA_VERSION"
     if [ ! -s "$cpfile" ] || [ "$KAFKA_POM" -nt "$cpfile" ]; then
-        mvn -q -B -f "$KAFKA_POM" dependency:build-classpath \
+        mvn -q -B -f "$KAFKA_POM" dependency:build-classpath -Dkafka.version="$KAFKA_VERSION" \
             -Dmdep.includeScope=runtime -Dmdep.outputFile="$cpfile" >&2 || return 1
     fi
     cat "$cpfile"
+}
+
+# kafka_version_at_least VERSION: whether the broker (KAFKA_VERSION) is
+# VERSION or later, e.g. kafka_version_at_least 4.0.
+kafka_version_at_least() {
+    [ "$(printf '%s\n%s\n' "$1" "$KAFKA_VERSION" | sort -V | head -n 1)" = "$1" ]
 }
 
 # kafka_free_port [TAKEN...]: a TCP port on loopback nobody listens on,
