@@ -361,28 +361,20 @@ relay_say_topic_missing(const char *topic, bool dead)
 	if (relay_key_has(missing_said, hash))
 		return;
 	relay_key_add(missing_said, hash);
-	if (dead)
-		ereport(LOG,
-				(errmsg("outbox relay: events wait for topic \"%s\" to be "
-						"created",
-						topic),
-				 errdetail("The Kafka cluster reports that the topic does not "
-						   "exist, and does not create it.  Its events are "
-						   "retried with backoff and, as "
-						   "outbox.missing_topic_dead is on, become dead after "
-						   "outbox.max_attempts tries."),
-				 errhint("Create the topic in Kafka.")));
-	else
-		ereport(LOG,
-				(errmsg("outbox relay: events wait for topic \"%s\" to be "
-						"created",
-						topic),
-				 errdetail("The Kafka cluster reports that the topic does not "
-						   "exist, and does not create it.  Its events are "
-						   "retried with backoff and delivered once it exists; "
-						   "later events of their keys wait behind them, and "
-						   "other topics go on."),
-				 errhint("Create the topic in Kafka.")));
+	ereport(LOG,
+			(errmsg("outbox relay: events wait for topic \"%s\" to be created",
+					topic),
+			 dead ? errdetail("The Kafka cluster reports that the topic does "
+							  "not exist, and does not create it.  Its events "
+							  "are retried with backoff and, as "
+							  "outbox.missing_topic_dead is on, become dead "
+							  "after outbox.max_attempts tries.")
+				  : errdetail("The Kafka cluster reports that the topic does "
+							  "not exist, and does not create it.  Its events "
+							  "are retried with backoff and delivered once it "
+							  "exists; later events of their keys wait behind "
+							  "them, and other topics go on."),
+			 errhint("Create the topic in Kafka.")));
 }
 
 /*
