@@ -157,10 +157,26 @@ t_refused_batch_neighbours() {
 # transaction is aborted, so a read_committed consumer sees each other
 # event once, although a read_uncommitted one saw the aborted copies; the
 # refused event is tried again, then dead (outbox.max_attempts = 3), and
-# the later events of its key reach Kafka only after it died.
+# the later events of its key reach Kafka only after it died.  Whether the
+# neighbours reach the log before the abort is a race (the refusal may
+# come back before their batches left, and the abort purges them): a try
+# that left no aborted copies cannot show duplicates, so it is made again
+# on a new topic, at most three times.
 t_eos_refused_mid_batch() {
-    local topic=it.eos.refused out=$IT_TMP/eos_refused.tsv all=$IT_TMP/eos_refused_all.tsv n=60 big=30 dead_ms
+    local try
     eos_ready
+    for try in 1 2 3; do
+        eos_refused_try it.eos.refused$try && break
+        echo "#   try $try: no aborted copy reached the log (the abort came before the neighbours' batches left)"
+        [ "$try" = 3 ] && fail "a read_uncommitted consumer saw no aborted copies in 3 tries: no transaction was aborted"
+    done
+    set_delivery at_least_once
+}
+
+# eos_refused_try TOPIC: one try of eos_refused_mid_batch on TOPIC; false
+# if a read_uncommitted consumer saw no more messages than a read_committed one.
+eos_refused_try() {
+    local topic=$1 out=$IT_TMP/$1.tsv all=$IT_TMP/$1.all.tsv n=60 big=30 dead_ms
     refuse_one $topic $n $big
     consume $topic $n 30000 3000 >"$out"
     "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t $topic -U -T 30000 -i 3000 >"$all" 2>/dev/null
@@ -168,15 +184,13 @@ t_eos_refused_mid_batch() {
     expect_delivered "refused mid-batch: events delivered" got_eos_refused \
         "SELECT id FROM outbox.events WHERE topic = '$topic' AND status = 'sent'"
     expect "refused mid-batch: duplicates" "$(duplicates got_eos_refused)" 0
-    [ "$(wc -l <"$all")" -gt "$(wc -l <"$out")" ] \
-        || fail "a read_uncommitted consumer saw no aborted copies ($(wc -l <"$all") messages): no transaction was aborted"
     dead_ms=$(sql "SELECT (extract(epoch FROM updated_at) * 1000)::bigint FROM outbox.event_state s JOIN outbox.event_log l USING (id)
                    WHERE l.biz_key = '$topic-$big'")
     expect "later events of the refused one's key sent before it died" \
         "$(sql "SELECT count(*) FROM got_eos_refused g JOIN outbox.event_log l ON l.id = g.event_id
                 WHERE g.key = 'k' || $big % 4 AND l.biz_key <> '$topic-0'
                   AND substr(l.biz_key, length('$topic-') + 1)::int > $big AND g.created_ms < $dead_ms")" 0
-    set_delivery at_least_once
+    [ "$(wc -l <"$all")" -gt "$(wc -l <"$out")" ]
 }
 
 # A cluster whose transaction coordinator cannot exist (one broker, the
