@@ -128,7 +128,7 @@ debezium_slot() {
 
 # debezium_rest METHOD PATH [BODY]: the worker's REST API.
 debezium_rest() {
-    curl -sS -f -X "$1" -H 'Content-Type: application/json' ${3:+--data "$3"} \
+    curl -sS -f --max-time 30 -X "$1" -H 'Content-Type: application/json' ${3:+--data "$3"} \
         "http://127.0.0.1:$DEBEZIUM_REST_PORT$2"
 }
 
@@ -234,8 +234,8 @@ debezium_state() {
 
 # debezium_wait STATE...: wait until debezium_state is one of STATE.
 debezium_wait() {
-    local s
-    for _ in $(seq 1 600); do
+    local s deadline=$((SECONDS + 120))
+    while [ $SECONDS -lt $deadline ]; do
         s=$(debezium_state)
         for want in "$@"; do [ "$s" = "$want" ] && return 0; done
         case $s in *FAILED*)
@@ -245,13 +245,31 @@ debezium_wait() {
         esac
         sleep 0.1
     done
-    echo "debezium connector not in state $* after 60 s (it is: $s); see $DEBEZIUM_DIR/connect.log" >&2
+    echo "debezium connector not in state $* after 120 s (it is: $s); see $DEBEZIUM_DIR/connect.log" >&2
     return 1
 }
 
 # debezium_start: start the worker, wait for its REST API, create the
-# connector and wait until its task runs.
+# connector and wait until its task runs.  A worker that exits before it
+# listens is started once more on another REST port: the free port
+# kafka_free_port chose may be taken before the worker binds it (CI runs
+# two suites side by side).
 debezium_start() {
+    local try
+    for try in 1 2; do
+        debezium_worker && break
+        [ "$try" = 2 ] || [ -n "$DEBEZIUM_PID" ] && return 1
+        DEBEZIUM_REST_PORT=$(kafka_free_port)
+        sed -i "s|^listeners=.*|listeners=http://127.0.0.1:$DEBEZIUM_REST_PORT|" "$DEBEZIUM_DIR/worker.properties"
+    done
+    debezium_configure "${1:-$DEBEZIUM_LATENCY}" || return 1
+    debezium_wait "RUNNING RUNNING"
+}
+
+# debezium_worker: start the Connect worker and wait up to 300 s for its
+# REST API; on failure DEBEZIUM_PID is empty if the worker exited, and
+# stderr says why.
+debezium_worker() {
     local main=Standalone
     [ -n "${DEBEZIUM_EOS:-}" ] && main=Distributed
     # The JVM settings Kafka's own connect-standalone.sh uses.
@@ -262,19 +280,20 @@ debezium_start() {
         -cp "$DEBEZIUM_CP" "org.apache.kafka.connect.cli.Connect$main" \
         "$DEBEZIUM_DIR/worker.properties" >>"$DEBEZIUM_DIR/connect.log" 2>&1 &
     DEBEZIUM_PID=$!
-    local up=
-    for _ in $(seq 1 240); do
-        kill -0 "$DEBEZIUM_PID" 2>/dev/null || break
-        if debezium_rest GET / >/dev/null 2>&1; then up=1; break; fi
+    local deadline=$((SECONDS + 300))
+    while [ $SECONDS -lt $deadline ]; do
+        if ! kill -0 "$DEBEZIUM_PID" 2>/dev/null; then
+            wait "$DEBEZIUM_PID" 2>/dev/null
+            DEBEZIUM_PID=
+            echo "kafka connect exited before it listened on port $DEBEZIUM_REST_PORT: $(grep -m1 -E 'ERROR|Exception' "$DEBEZIUM_DIR/connect.log")" >&2
+            return 1
+        fi
+        debezium_rest GET / >/dev/null 2>&1 && return 0
         sleep 0.5
     done
-    if [ -z "$up" ]; then
-        echo "kafka connect did not start; see $DEBEZIUM_DIR/connect.log" >&2
-        tail -n 30 "$DEBEZIUM_DIR/connect.log" >&2
-        return 1
-    fi
-    debezium_configure "${1:-$DEBEZIUM_LATENCY}" || return 1
-    debezium_wait "RUNNING RUNNING"
+    echo "kafka connect did not listen on port $DEBEZIUM_REST_PORT within 300 s; see $DEBEZIUM_DIR/connect.log" >&2
+    tail -n 30 "$DEBEZIUM_DIR/connect.log" >&2
+    return 1
 }
 
 # debezium_configure SETTINGS: give the connector the common settings plus

@@ -89,7 +89,7 @@ dbzshape_debezium_start() {
     debezium_setup "$IT_TMP/debezium" 5432 "$IT_DB" \
         || { DBZ_WHY="Debezium's jars could not be resolved (mvn, ~/.m2)"; return 1; }
     debezium_start "$DEBEZIUM_LATENCY database.hostname=$DBZ_ADDR" >/dev/null 2>"$IT_TMP/debezium.err" \
-        || { DBZ_WHY="Debezium did not start: $(tail -c 300 "$IT_TMP/debezium.err")"; return 1; }
+        || { DBZ_WHY="Debezium did not start: $(grep -E '^(kafka connect|debezium)' "$IT_TMP/debezium.err" | tail -n 1 | cut -c 1-400)"; return 1; }
 }
 
 # dbzshape_format_debezium: the database's relay in Debezium's shape
