@@ -204,6 +204,7 @@ static bool apply_properties(rd_kafka_conf_t *conf, const char *properties,
 static bool crashing_combination(rd_kafka_conf_t *conf, char *problem,
 								 size_t size, const char **hint);
 static void scrub_values_of(const char *properties);
+static bool names_no_secret(const char *key);
 static bool takes_free_text(const char *key);
 static void scrub_template(char *value);
 static bool quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size);
@@ -829,12 +830,10 @@ crashing_combination(rd_kafka_conf_t *conf, char *problem, size_t size,
 /*
  * scrub_values_of: have outbox_scrub look for the value of each entry of
  * properties whose property takes free text (a secret may be any of them),
- * but client.id: a name the client sends in clear with every request, for
- * brokers' logs and quotas, and which hid librdkafka's own words
- * ("ApiVersion" under client.id=relay-apiversions); and the paths of the
- * files OpenSSL reads (outbox_kafka_is_file_property), which say where a
- * secret is, not what: hidden, every run of four bytes of a path shredded
- * librdkafka's TLS errors ("cert", "tmp/", "ired").
+ * but the names (names_no_secret) and the paths of the files OpenSSL reads
+ * (outbox_kafka_is_file_property), which say where a secret is, not what:
+ * hidden, every run of four bytes of a path shredded librdkafka's TLS
+ * errors ("cert", "tmp/", "ired").
  */
 static void
 scrub_values_of(const char *properties)
@@ -849,13 +848,27 @@ scrub_values_of(const char *properties)
 		if (eq != NULL)
 		{
 			*eq = '\0';
-			if (strcmp(trimmed(entry), "client.id") != 0 &&
+			if (!names_no_secret(trimmed(entry)) &&
 				!outbox_kafka_is_file_property(trimmed(entry)) &&
 				takes_free_text(trimmed(entry)))
 				scrub_template(trimmed(eq + 1));
 		}
 		pfree(entry);
 	}
+}
+
+/*
+ * names_no_secret: whether property key names something the client says in
+ * clear: client.id, sent with every request for brokers' logs and quotas,
+ * and sasl.username, the principal that brokers log and ACLs name.
+ * Hidden, either cut librdkafka's own words out of its lines ("ApiVersion"
+ * under client.id=relay-apiversions, "outbox" everywhere under
+ * sasl.username=outbox).
+ */
+static bool
+names_no_secret(const char *key)
+{
+	return strcmp(key, "client.id") == 0 || strcmp(key, "sasl.username") == 0;
 }
 
 /*
