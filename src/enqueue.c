@@ -146,7 +146,7 @@ enqueue(FunctionCallInfo fcinfo, bool bytes)
 		if (insert_event(&args, &id) || existing_event(&args, &id))
 		{
 			SPI_finish();
-			outbox_wake_relay_at_commit();
+			outbox_events_at_commit();
 			PG_RETURN_INT64(id);
 		}
 	}

@@ -72,11 +72,12 @@ typedef struct OutboxSecond
  */
 typedef struct OutboxRelaySlot
 {
-	Oid database;          /* InvalidOid: the slot is free */
-	uint32 generation;     /* bumped each time the slot is freed */
-	pid_t pid;             /* 0 until the relay attaches */
-	bool absent;           /* the relay found no extension here */
-	pg_atomic_uint64 proc; /* PGPROC of the relay, 0 if none */
+	Oid database;            /* InvalidOid: the slot is free */
+	uint32 generation;       /* bumped each time the slot is freed */
+	pid_t pid;               /* 0 until the relay attaches */
+	bool absent;             /* the relay found no extension here */
+	pg_atomic_uint64 proc;   /* PGPROC of the relay, 0 if none */
+	pg_atomic_uint32 paused; /* the relay's last read found it paused */
 	volatile OutboxRelayState state;
 	pg_atomic_uint64 sent_total;
 	pg_atomic_uint64 failed_total;
@@ -176,8 +177,10 @@ extern OutboxRelaySlot *outbox_my_relay;
 extern void outbox_shmem_init(void);
 extern void outbox_wake_init(void);
 extern void outbox_wake_relay_at_commit(void);
+extern void outbox_events_at_commit(void);
 extern void outbox_wake_launcher_at_commit(void);
-extern void outbox_wake_relay(void);
+extern void outbox_wake_relay(bool only_if_relaying);
+extern void outbox_relay_paused_flag(bool paused);
 extern void outbox_nudge_launcher(void);
 extern void outbox_relay_attach(const OutboxRelayStart *start);
 extern void outbox_relay_absent(void);

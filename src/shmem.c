@@ -32,6 +32,7 @@ OutboxRelaySlot *outbox_my_relay = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool wake_at_commit = false;
+static bool events_at_commit = false;
 static bool launcher_at_commit = false;
 /* The slot of this database's relay, as last found (a hint). */
 static int relay_hint = 0;
@@ -66,12 +67,25 @@ outbox_wake_init(void)
 
 /*
  * outbox_wake_relay_at_commit: wake the relay if the current transaction
- * commits (it enqueued, or changed what the relay must do).
+ * commits (it changed what the relay must do: paused, resumed, replayed).
  */
 void
 outbox_wake_relay_at_commit(void)
 {
 	wake_at_commit = true;
+}
+
+/*
+ * outbox_events_at_commit: the current transaction added events: wake the
+ * relay if it commits, unless the relay is paused.  A paused relay woken
+ * by every commit only found itself paused again, in a transaction of its
+ * own: at thousands of commits a second, a core's worth of signals and
+ * reads for nothing.
+ */
+void
+outbox_events_at_commit(void)
+{
+	events_at_commit = true;
 }
 
 /*
@@ -86,10 +100,11 @@ outbox_wake_launcher_at_commit(void)
 
 /*
  * outbox_wake_relay: set the latch of this database's relay, if it has
- * one.  The slots are few; the last one found is looked at first.
+ * one; with only_if_relaying, not if the relay's last read found it
+ * paused.  The slots are few; the last one found is looked at first.
  */
 void
-outbox_wake_relay(void)
+outbox_wake_relay(bool only_if_relaying)
 {
 	if (outbox_shared == NULL)
 		return;
@@ -105,7 +120,14 @@ outbox_wake_relay(void)
 		if (relay == NULL)
 			continue;
 		relay_hint = n;
-		SetLatch(&relay->procLatch);
+		/*
+		 * The relay clears its paused flag before a read and reads after:
+		 * either it sees what this backend committed, or this backend
+		 * sees the flag cleared (outbox_relay_paused_flag).
+		 */
+		pg_memory_barrier();
+		if (!only_if_relaying || pg_atomic_read_u32(&slot->paused) == 0)
+			SetLatch(&relay->procLatch);
 		return;
 	}
 }
@@ -176,8 +198,23 @@ outbox_relay_attach(const OutboxRelayStart *start)
 	if (!ours)
 		proc_exit(0);
 	outbox_my_relay = slot;
+	pg_atomic_write_u32(&slot->paused, 0);
 	pg_atomic_write_u64(&slot->proc, (uint64) MyProc);
 	on_shmem_exit(relay_detach, (Datum) 0);
+}
+
+/*
+ * outbox_relay_paused_flag: publish whether the relay's last read found it
+ * paused (then commits that only add events do not wake it).  Cleared
+ * before every round that may read, with a barrier between the store and
+ * the read's snapshot: a commit whose backend saw the flag set was visible
+ * before the flag was cleared, so that read finds its events.
+ */
+void
+outbox_relay_paused_flag(bool paused)
+{
+	pg_atomic_write_u32(&outbox_my_relay->paused, paused ? 1 : 0);
+	pg_memory_barrier();
 }
 
 /*
@@ -218,16 +255,18 @@ wake_on_commit(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_at_commit)
-				outbox_wake_relay();
+			if (wake_at_commit || events_at_commit)
+				outbox_wake_relay(!wake_at_commit);
 			if (launcher_at_commit)
 				wake_launcher();
 			wake_at_commit = false;
+			events_at_commit = false;
 			launcher_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_at_commit = false;
+			events_at_commit = false;
 			launcher_at_commit = false;
 			break;
 		case XACT_EVENT_PREPARE:
@@ -237,6 +276,7 @@ wake_on_commit(XactEvent event, void *arg)
 			 * next commit.  COMMIT PREPARED wakes it (see outbox_utility).
 			 */
 			wake_at_commit = false;
+			events_at_commit = false;
 			launcher_at_commit = false;
 			break;
 		default:
@@ -289,6 +329,7 @@ shmem_startup(void)
 			OutboxRelaySlot *slot = &outbox_shared->slots[i];
 
 			pg_atomic_init_u64(&slot->proc, 0);
+			pg_atomic_init_u32(&slot->paused, 0);
 			pg_atomic_init_u64(&slot->sent_total, 0);
 			pg_atomic_init_u64(&slot->failed_total, 0);
 			pg_atomic_init_u64(&slot->retried_total, 0);

@@ -120,7 +120,7 @@ outbox_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	 */
 	if (IsA(stmt, TransactionStmt) &&
 		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED)
-		outbox_wake_relay_at_commit();
+		outbox_events_at_commit();
 
 	if (OidIsValid(dboid))
 		hold_database(dboid);

@@ -140,7 +140,7 @@ static void after_round(const Round *round, TimestampTz now);
 static int wait_ms(const Round *round, TimestampTz now);
 static int gap_for(RelayRead read, int taken, TimestampTz now);
 static TimestampTz read_gap_end(TimestampTz now);
-static void wait_for_news(int timeout);
+static void wait_for_news(int timeout, bool latch);
 static void lock_waited(const char *what, ErrorData *edata);
 static void lock_got(const char *what);
 static void log_stall(bool now_stalled);
@@ -202,6 +202,7 @@ outbox_relay_main(Datum main_arg)
 			ResetLatch(MyLatch);
 			read_wanted = true;
 		}
+		outbox_relay_paused_flag(false);
 		now = GetCurrentTimestamp();
 		tend_producer(now);
 		outbox_kafka_serve();
@@ -214,6 +215,7 @@ outbox_relay_main(Datum main_arg)
 		}
 		outbox_kafka_serve();
 		leave_if_absent(now);
+		outbox_relay_paused_flag(round.paused);
 		after_round(&round, now);
 		if (!round.worked)
 			housekeeping(now);
@@ -225,7 +227,7 @@ outbox_relay_main(Datum main_arg)
 		if (!relay_flight_idle())
 			pgstat_report_activity(STATE_RUNNING,
 								   "waiting for Kafka acknowledgements");
-		wait_for_news(timeout);
+		wait_for_news(timeout, !read_wanted || timeout > READ_GAP_MAX_MS);
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
@@ -929,37 +931,43 @@ wait_ms(const Round *round, TimestampTz now)
 }
 
 /*
- * wait_for_news: wait up to timeout ms for the latch (a commit, a signal)
- * or librdkafka's news.  The set of what is waited for is made once, or
- * again when the producer's descriptor first appears, rather than on
+ * wait_for_news: wait up to timeout ms for librdkafka's news and, with
+ * latch, for the latch (a commit, a signal).  Without: a read is wanted
+ * already and due within READ_GAP_MAX_MS, and each commit meanwhile would
+ * only signal the relay (a kill() in the committing backend, a wake here)
+ * to wait again; the latch stays set for the next round, and a signal
+ * waits that long at most.  The sets of what is waited for are made once,
+ * or again when the producer's descriptor first appears, rather than on
  * every wait: under load the loop waits thousands of times a second, and
  * making a set (an epoll descriptor) each time cost a tenth of the loop's
  * CPU (measured 2026-12-03).
  */
 static void
-wait_for_news(int timeout)
+wait_for_news(int timeout, bool latch)
 {
-	static WaitEventSet *set = NULL;
-	static pgsocket watched = PGINVALID_SOCKET;
+	static WaitEventSet *sets[2] = {NULL, NULL};
+	static pgsocket watched[2] = {PGINVALID_SOCKET, PGINVALID_SOCKET};
 	WaitEvent event;
 	pgsocket fd = outbox_kafka_wake_fd();
 
-	if (set != NULL && fd != PGINVALID_SOCKET && fd != watched)
+	if (sets[latch] != NULL && fd != PGINVALID_SOCKET && fd != watched[latch])
 	{
-		FreeWaitEventSet(set);
-		set = NULL;
+		FreeWaitEventSet(sets[latch]);
+		sets[latch] = NULL;
 	}
-	if (set == NULL)
+	if (sets[latch] == NULL)
 	{
-		set = outbox_wait_set_create(3);
-		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
-						  NULL);
-		watched = fd;
+		sets[latch] = outbox_wait_set_create(3);
+		if (latch)
+			AddWaitEventToSet(sets[latch], WL_LATCH_SET, PGINVALID_SOCKET,
+							  MyLatch, NULL);
+		AddWaitEventToSet(sets[latch], WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+						  NULL, NULL);
+		watched[latch] = fd;
 		if (fd != PGINVALID_SOCKET)
-			AddWaitEventToSet(set, WL_SOCKET_READABLE, fd, NULL, NULL);
+			AddWaitEventToSet(sets[latch], WL_SOCKET_READABLE, fd, NULL, NULL);
 	}
-	(void) WaitEventSetWait(set, timeout, &event, 1, PG_WAIT_EXTENSION);
+	(void) WaitEventSetWait(sets[latch], timeout, &event, 1, PG_WAIT_EXTENSION);
 }
 
 /*

@@ -679,6 +679,32 @@ t_pause_resume() {
     sql "ALTER SYSTEM RESET outbox.poll_interval" && sql "SELECT pg_reload_conf()" >/dev/null
 }
 
+# A paused relay is not woken by commits that only add events: each such
+# wake was a signal from the committing backend and a read of the pause
+# flag (outbox.relay_control) by the relay, to find itself paused again.
+# 300 one-event transactions while paused cost the relay a read per poll
+# interval, not one each; resume() still wakes it at once.
+t_paused_not_woken() {
+    local topic=it.paused.quiet reads0 reads1 file=$IT_TMP/paused_enqueues.sql
+    local reads="SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_all_tables WHERE relid = 'outbox.relay_control'::regclass"
+    sql "SELECT outbox.pause()" >/dev/null
+    wait_until 10 "SELECT state = 'paused' FROM outbox.relay_status()" || fail "relay not paused"
+    sleep 1.5
+    reads0=$(sql "$reads")
+    for i in $(seq 1 300); do
+        echo "SELECT outbox.enqueue('T', 'pq-$i', '{}', topic => '$topic');"
+    done >"$file"
+    "$PGBIN/psql" -X -q -d "$IT_DB" -f "$file" >/dev/null
+    sleep 1.5
+    reads1=$(sql "$reads")
+    echo "#   reads of the pause flag while 300 transactions enqueued: $((reads1 - reads0))"
+    [ $((reads1 - reads0)) -lt 30 ] || fail "the paused relay read the pause flag $((reads1 - reads0)) times for 300 commits"
+    set_setting outbox.poll_interval 5000
+    sql "SELECT outbox.resume()" >/dev/null
+    wait_until 3 "$(all_sent $topic 300)" || fail "events enqueued while paused not all sent within 3 s of resume (poll interval 5 s)"
+    sql "ALTER SYSTEM RESET outbox.poll_interval" && sql "SELECT pg_reload_conf()" >/dev/null
+}
+
 # Retention: the relay removes sent events and claims older than their
 # retention (outbox.sent_retention, outbox.dedup_retention) and keeps what
 # is newer, and an old event that is dead or not sent yet.  Events are aged
