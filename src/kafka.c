@@ -56,6 +56,14 @@
 #define REFUSAL_CHECK_TIMEOUT_MS 500
 
 /*
+ * After a question about a topic the cluster left unanswered, how long no
+ * other is asked: a broker that answers late would otherwise block the
+ * loop for each topic in turn (20 topics waiting kept it blocked all the
+ * time), while events of every other topic wait behind it.
+ */
+#define METADATA_QUIET_MS 5000
+
+/*
  * Topics this producer has sent to: their handles (librdkafka looks a topic
  * up by name under its global lock on every send by name) and their
  * metadata, asked for before their first send.  Open addressing.
@@ -165,14 +173,15 @@ typedef struct RepeatedLine
 } RepeatedLine;
 
 static rd_kafka_t *producer = NULL;
-static uint64 generation = 0;        /* producers made so far */
-static int outstanding = 0;          /* messages sent, not yet reported */
-static size_t outstanding_bytes = 0; /* their values' bytes */
-static TimestampTz last_ack_at = 0;  /* latest acknowledged delivery */
-static uint64 queued_seq = 0;        /* messages queued so far */
-static uint64 acked_seq = 0;         /* the latest queued of those acked */
-static uint64 failures = 0;          /* messages refused or failed so far */
-static int wake_pipe[2] = {-1, -1};  /* readable when librdkafka has news */
+static uint64 generation = 0;         /* producers made so far */
+static int outstanding = 0;           /* messages sent, not yet reported */
+static size_t outstanding_bytes = 0;  /* their values' bytes */
+static TimestampTz last_ack_at = 0;   /* latest acknowledged delivery */
+static TimestampTz unanswered_at = 0; /* a metadata question timed out */
+static uint64 queued_seq = 0;         /* messages queued so far */
+static uint64 acked_seq = 0;          /* the latest queued of those acked */
+static uint64 failures = 0;           /* messages refused or failed so far */
+static int wake_pipe[2] = {-1, -1};   /* readable when librdkafka has news */
 static bool fatal_error = false;
 static bool gap_feared = false; /* a message timed out: close_gap() is due */
 static bool transactional = false;           /* a transactional.id was given */
@@ -297,6 +306,7 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	generation++;
 	transactional = transactional_id != NULL;
 	memset(reports, 0, sizeof(reports));
+	unanswered_at = 0;
 	outstanding = 0;
 	outstanding_bytes = 0;
 	memset(known_topics, 0, sizeof(known_topics));
@@ -1479,20 +1489,29 @@ topic_metadata_error(const char *topic)
 }
 
 /*
- * topic_metadata_error_within: the same, asked for at most timeout_ms.
+ * topic_metadata_error_within: the same, asked for at most timeout_ms;
+ * not asked (no error) within METADATA_QUIET_MS of a question the cluster
+ * left unanswered.
  */
 static rd_kafka_resp_err_t
 topic_metadata_error_within(const char *topic, int timeout_ms)
 {
-	rd_kafka_topic_t *rkt = rd_kafka_topic_new(producer, topic, NULL);
+	rd_kafka_topic_t *rkt;
 	const struct rd_kafka_metadata *md = NULL;
 	rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+	rd_kafka_resp_err_t asked;
 
+	if (unanswered_at != 0 &&
+		!TimestampDifferenceExceeds(unanswered_at, GetCurrentTimestamp(),
+									METADATA_QUIET_MS))
+		return err;
+	rkt = rd_kafka_topic_new(producer, topic, NULL);
 	if (rkt == NULL)
 		return err;
-	if (rd_kafka_metadata(producer, 0, rkt, &md, timeout_ms) ==
-			RD_KAFKA_RESP_ERR_NO_ERROR &&
-		md->topic_cnt == 1)
+	asked = rd_kafka_metadata(producer, 0, rkt, &md, timeout_ms);
+	unanswered_at =
+		asked == RD_KAFKA_RESP_ERR__TIMED_OUT ? GetCurrentTimestamp() : 0;
+	if (asked == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1)
 		err = md->topics[0].err;
 	if (md != NULL)
 		rd_kafka_metadata_destroy(md);

@@ -182,6 +182,38 @@ t_slow_broker() {
     expect "order" "$(cut -f6 "$out" | tr -d '{}"seq:' | tr '\n' ' ')" "$(seq -s ' ' 1 20) "
 }
 
+# A broker that answers everything 3 s late while events of 20 new
+# topics wait.  The relay asks the cluster about a topic before its first
+# send, and about the topic of a batch left unanswered (is it missing?):
+# each question is bounded, and one left unanswered stops the others for
+# a while, so the relay's loop is blocked a bounded share of the time
+# (sampled in pg_stat_activity: no wait event), not once per topic.
+t_slow_metadata_bounded() {
+    local pid busy n=20
+    pid=$(relay_pid)
+    mock rtt 3000
+    for i in $(seq 1 $n); do
+        sql "SELECT outbox.enqueue('T', 'slowmeta-$i', '{}', topic => 'mock.slowmeta.$i')" >/dev/null
+        sleep 0.05
+    done
+    busy=$(relay_busy_percent "$pid" 8)
+    echo "#   relay blocked outside its waits: $busy% of 8 s while $n new topics' events waited for a broker answering 3 s late"
+    [ "$busy" -lt 30 ] || fail "the relay was blocked $busy% of the time (bound 30%)"
+    mock rtt 0
+    wait_until 60 "SELECT count(*) FILTER (WHERE status = 'sent') = $n FROM outbox.events WHERE topic LIKE 'mock.slowmeta.%'" \
+        || fail "events not all sent once the broker answered in time"
+}
+
+# relay_busy_percent PID SECONDS: the share of samples, every 20 ms for
+# SECONDS, in which relay PID was not in a wait (pg_stat_activity shows
+# no wait event): the time its loop was blocked in a call.
+relay_busy_percent() {
+    sql "SELECT sum(busy) * 100 / count(*) FROM (
+           SELECT pg_sleep(0.02), pg_stat_clear_snapshot(),
+                  (SELECT (wait_event IS NULL)::int FROM pg_stat_activity WHERE pid = $1) AS busy
+             FROM generate_series(1, $(($2 * 50)))) s"
+}
+
 # Dead events, replayed once the fault is gone, arrive once each with
 # their ids; attempts start again from zero.
 t_replay_after_fault() {
