@@ -1368,6 +1368,19 @@ outbox_kafka_topic_missing(const char *topic)
 }
 
 /*
+ * outbox_kafka_judge_again: an operator acted (replayed the events of a
+ * topic the cluster refused, once the ACL is granted): each topic judged
+ * refused is asked about again at its next send, rather than its events
+ * refused at once, each an attempt, for what is left of REFUSAL_KEEP_MS.
+ */
+void
+outbox_kafka_judge_again(void)
+{
+	for (int i = 0; i < REFUSAL_SLOTS; i++)
+		reports[i].asked_at = 0;
+}
+
+/*
  * judge: record what the cluster reported for a topic (err) in its slot.
  * A new refusal for good takes back what librdkafka holds, if it may hold
  * messages of the topic (held); one that lasts does not: while it is

@@ -124,6 +124,7 @@ extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties, char *problem,
 										  size_t size, const char **hint);
 extern void outbox_kafka_forget_problem(void);
+extern void outbox_kafka_judge_again(void);
 extern const char *outbox_kafka_start_problem(void);
 
 /* kafka_conf_help.c */

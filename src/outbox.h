@@ -78,6 +78,7 @@ typedef struct OutboxRelaySlot
 	bool absent;             /* the relay found no extension here */
 	pg_atomic_uint64 proc;   /* PGPROC of the relay, 0 if none */
 	pg_atomic_uint32 paused; /* the relay's last read found it paused */
+	pg_atomic_uint32 told;   /* an operator's change woke it since */
 	volatile OutboxRelayState state;
 	pg_atomic_uint64 sent_total;
 	pg_atomic_uint64 failed_total;
@@ -181,6 +182,7 @@ extern void outbox_events_at_commit(void);
 extern void outbox_wake_launcher_at_commit(void);
 extern void outbox_wake_relay(bool only_if_relaying);
 extern void outbox_relay_paused_flag(bool paused);
+extern bool outbox_relay_told(void);
 extern void outbox_nudge_launcher(void);
 extern void outbox_relay_attach(const OutboxRelayStart *start);
 extern void outbox_relay_absent(void);

@@ -126,6 +126,8 @@ outbox_wake_relay(bool only_if_relaying)
 		 * sees the flag cleared (outbox_relay_paused_flag).
 		 */
 		pg_memory_barrier();
+		if (!only_if_relaying)
+			pg_atomic_write_u32(&slot->told, 1);
 		if (!only_if_relaying || pg_atomic_read_u32(&slot->paused) == 0)
 			SetLatch(&relay->procLatch);
 		return;
@@ -199,6 +201,7 @@ outbox_relay_attach(const OutboxRelayStart *start)
 		proc_exit(0);
 	outbox_my_relay = slot;
 	pg_atomic_write_u32(&slot->paused, 0);
+	pg_atomic_write_u32(&slot->told, 0);
 	pg_atomic_write_u64(&slot->proc, (uint64) MyProc);
 	on_shmem_exit(relay_detach, (Datum) 0);
 }
@@ -215,6 +218,16 @@ outbox_relay_paused_flag(bool paused)
 {
 	pg_atomic_write_u32(&outbox_my_relay->paused, paused ? 1 : 0);
 	pg_memory_barrier();
+}
+
+/*
+ * outbox_relay_told: whether an operator's change (pause, resume, replay,
+ * DROP EXTENSION) woke the relay since it last asked.
+ */
+bool
+outbox_relay_told(void)
+{
+	return pg_atomic_exchange_u32(&outbox_my_relay->told, 0) != 0;
 }
 
 /*
@@ -330,6 +343,7 @@ shmem_startup(void)
 
 			pg_atomic_init_u64(&slot->proc, 0);
 			pg_atomic_init_u32(&slot->paused, 0);
+			pg_atomic_init_u32(&slot->told, 0);
 			pg_atomic_init_u64(&slot->sent_total, 0);
 			pg_atomic_init_u64(&slot->failed_total, 0);
 			pg_atomic_init_u64(&slot->retried_total, 0);

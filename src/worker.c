@@ -203,6 +203,9 @@ outbox_relay_main(Datum main_arg)
 			read_wanted = true;
 		}
 		outbox_relay_paused_flag(false);
+		/* A replay, say, after the operator granted a refused topic. */
+		if (outbox_relay_told())
+			outbox_kafka_judge_again();
 		now = GetCurrentTimestamp();
 		tend_producer(now);
 		outbox_kafka_serve();
