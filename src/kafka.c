@@ -620,9 +620,20 @@ outbox_kafka_fenced(void)
 	if (producer == NULL || !fatal_error)
 		return false;
 	cause = rd_kafka_fatal_error(producer, NULL, 0);
-	return cause == RD_KAFKA_RESP_ERR__FENCED ||
-		   cause == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-		   cause == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+	return outbox_kafka_fence(cause);
+}
+
+/*
+ * outbox_kafka_fence: whether err is the coordinator's word that the
+ * producer's epoch is no longer current (another producer of its
+ * transactional.id, or its own transaction's timeout, bumped it).
+ */
+bool
+outbox_kafka_fence(int err)
+{
+	return err == RD_KAFKA_RESP_ERR__FENCED ||
+		   err == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+		   err == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
 }
 
 /*

@@ -113,6 +113,7 @@ extern uint64 outbox_kafka_failures(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
 extern bool outbox_kafka_fenced(void);
+extern bool outbox_kafka_fence(int err);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
 extern bool outbox_kafka_unauthorized(int err);
@@ -146,6 +147,7 @@ extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,
 											size_t size);
 extern KafkaTxnResult outbox_kafka_txn_begin(char *why, size_t size);
 extern bool outbox_kafka_txn_open(void);
+extern bool outbox_kafka_txn_outlived(void);
 extern KafkaTxnResult outbox_kafka_txn_commit(int timeout_ms, char *why,
 											  size_t size);
 extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,

@@ -28,8 +28,9 @@
 /* How long a record of the progress topic is kept before compaction. */
 #define PROGRESS_SEGMENT_MS "600000"
 
-static uint64 initialized = 0; /* the producer generation initialized */
-static uint64 open_in = 0;     /* the generation with a transaction open */
+static uint64 initialized = 0;    /* the producer generation initialized */
+static uint64 open_in = 0;        /* the generation with a transaction open */
+static TimestampTz opened_at = 0; /* when that transaction began */
 static KafkaTxnRefusal refusal = KAFKA_TXN_ALLOWED; /* of the latest step */
 
 static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
@@ -89,7 +90,10 @@ outbox_kafka_txn_begin(char *why, size_t size)
 	result =
 		outcome(rd_kafka_begin_transaction(outbox_kafka_producer()), why, size);
 	if (result == KAFKA_TXN_DONE)
+	{
 		open_in = outbox_kafka_generation();
+		opened_at = GetCurrentTimestamp();
+	}
 	return result;
 }
 
@@ -102,6 +106,31 @@ outbox_kafka_txn_open(void)
 {
 	return outbox_kafka_producer() != NULL &&
 		   open_in == outbox_kafka_generation();
+}
+
+/*
+ * outbox_kafka_txn_outlived: whether the open transaction has been open
+ * longer than the producer's transaction.timeout.ms.  Its coordinator may
+ * then have aborted it and bumped the producer's epoch, which librdkafka
+ * reports as a fence: a relay cut from Kafka that long was fenced by its
+ * own timeout, not by another relay.  Another producer of the same
+ * transactional.id fences one whose transaction is younger, or that has
+ * none open, as well; told apart so, a relay fenced by another never
+ * starts again on its own, and the other is fenced at most once.
+ */
+bool
+outbox_kafka_txn_outlived(void)
+{
+	rd_kafka_t *producer = outbox_kafka_producer();
+	char value[32];
+	size_t size = sizeof(value);
+
+	if (!outbox_kafka_txn_open() ||
+		rd_kafka_conf_get(rd_kafka_conf(producer), "transaction.timeout.ms",
+						  value, &size) != RD_KAFKA_CONF_OK)
+		return false;
+	return TimestampDifferenceExceeds(opened_at, GetCurrentTimestamp(),
+									  atoi(value));
 }
 
 /*
@@ -427,9 +456,7 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 		if (refusal == KAFKA_TXN_ALLOWED)
 			refusal = refusal_of(cause);
 
-		result = cause == RD_KAFKA_RESP_ERR__FENCED ||
-						 cause == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-						 cause == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH
+		result = outbox_kafka_fence(cause) && !outbox_kafka_txn_outlived()
 					 ? KAFKA_TXN_FENCED
 					 : KAFKA_TXN_FAILED;
 	}

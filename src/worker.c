@@ -598,7 +598,14 @@ load_sender_step(void *arg)
 static void
 tend_producer(TimestampTz now)
 {
-	if (outbox_kafka_running() && outbox_kafka_fenced())
+	if (outbox_kafka_running() && outbox_kafka_fenced() &&
+		outbox_kafka_txn_outlived())
+		ereport(
+			LOG,
+			(errmsg("outbox relay: the Kafka transaction outlived transaction.timeout.ms"),
+			 errdetail(
+				 "Its coordinator aborted it and fenced the producer's epoch, so none of its events was committed. The relay makes a new producer and sends them again.")));
+	else if (outbox_kafka_running() && outbox_kafka_fenced())
 		halt_producer(
 			"this relay's producer was fenced: another relay took over its transactional.id");
 	else if (outbox_kafka_running() && relay_eos_halted() != NULL)
