@@ -148,6 +148,11 @@ extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,
 extern KafkaTxnResult outbox_kafka_txn_begin(char *why, size_t size);
 extern bool outbox_kafka_txn_open(void);
 extern bool outbox_kafka_txn_outlived(void);
+
+/* Why a producer whose transaction outlived its timeout was fenced. */
+#define OUTBOX_TXN_OUTLIVED                                                   \
+	"the transaction outlived transaction.timeout.ms, so its coordinator "    \
+	"aborted it and fenced the producer's epoch"
 extern KafkaTxnResult outbox_kafka_txn_commit(int timeout_ms, char *why,
 											  size_t size);
 extern KafkaTxnResult outbox_kafka_txn_abort(int timeout_ms, char *why,

@@ -456,9 +456,13 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 		if (refusal == KAFKA_TXN_ALLOWED)
 			refusal = refusal_of(cause);
 
-		result = outbox_kafka_fence(cause) && !outbox_kafka_txn_outlived()
-					 ? KAFKA_TXN_FENCED
-					 : KAFKA_TXN_FAILED;
+		result = outbox_kafka_fence(cause) ? KAFKA_TXN_FENCED : KAFKA_TXN_FAILED;
+		/* librdkafka's words would name a newer instance: there is none. */
+		if (result == KAFKA_TXN_FENCED && outbox_kafka_txn_outlived())
+		{
+			strlcpy(why, OUTBOX_TXN_OUTLIVED, size);
+			result = KAFKA_TXN_FAILED;
+		}
 	}
 	else if (rd_kafka_error_txn_requires_abort(error))
 		result = KAFKA_TXN_ABORT;

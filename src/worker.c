@@ -600,11 +600,11 @@ tend_producer(TimestampTz now)
 {
 	if (outbox_kafka_running() && outbox_kafka_fenced() &&
 		outbox_kafka_txn_outlived())
-		ereport(
-			LOG,
-			(errmsg("outbox relay: the Kafka transaction outlived transaction.timeout.ms"),
-			 errdetail(
-				 "Its coordinator aborted it and fenced the producer's epoch, so none of its events was committed. The relay makes a new producer and sends them again.")));
+		ereport(LOG, (errmsg("outbox relay: making a new Kafka producer"),
+					  errdetail("The producer failed: %s. None of the "
+								"transaction's events was committed: they are "
+								"sent again.",
+								OUTBOX_TXN_OUTLIVED)));
 	else if (outbox_kafka_running() && outbox_kafka_fenced())
 		halt_producer(
 			"this relay's producer was fenced: another relay took over its transactional.id");
