@@ -213,7 +213,7 @@ static bool apply_properties(rd_kafka_conf_t *conf, const char *properties,
 static bool crashing_combination(rd_kafka_conf_t *conf, char *problem,
 								 size_t size, const char **hint);
 static void scrub_values_of(const char *properties);
-static bool names_no_secret(const char *key);
+static bool names_no_secret(const char *key, const char *value);
 static bool takes_free_text(const char *key);
 static void scrub_template(char *value);
 static bool quiet_kinit(rd_kafka_conf_t *conf, char *problem, size_t size);
@@ -869,7 +869,7 @@ scrub_values_of(const char *properties)
 		if (eq != NULL)
 		{
 			*eq = '\0';
-			if (!names_no_secret(trimmed(entry)) &&
+			if (!names_no_secret(trimmed(entry), trimmed(eq + 1)) &&
 				!outbox_kafka_is_file_property(trimmed(entry)) &&
 				takes_free_text(trimmed(entry)))
 				scrub_template(trimmed(eq + 1));
@@ -879,17 +879,28 @@ scrub_values_of(const char *properties)
 }
 
 /*
- * names_no_secret: whether property key names something the client says in
+ * names_no_secret: whether key=value names something the client says in
  * clear: client.id, sent with every request for brokers' logs and quotas,
- * and sasl.username, the principal that brokers log and ACLs name.
- * Hidden, either cut librdkafka's own words out of its lines ("ApiVersion"
- * under client.id=relay-apiversions, "outbox" everywhere under
- * sasl.username=outbox).
+ * and sasl.username, the principal that brokers log and ACLs name, if the
+ * value is a plain name (letters, digits, "._-@"): a typo such as a
+ * space for the ";" before sasl.password puts the password in the
+ * username's value.  Hidden, either cut librdkafka's own words out of its
+ * lines ("ApiVersion" under client.id=relay-apiversions, "outbox"
+ * everywhere under sasl.username=outbox).
  */
 static bool
-names_no_secret(const char *key)
+names_no_secret(const char *key, const char *value)
 {
-	return strcmp(key, "client.id") == 0 || strcmp(key, "sasl.username") == 0;
+	if (strcmp(key, "client.id") == 0)
+		return true;
+	if (strcmp(key, "sasl.username") != 0)
+		return false;
+	for (const char *c = value; *c != '\0'; c++)
+	{
+		if (!isalnum((unsigned char) *c) && strchr("._-@", *c) == NULL)
+			return false;
+	}
+	return true;
 }
 
 /*
