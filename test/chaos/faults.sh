@@ -510,19 +510,6 @@ load_refusals() {
             WHERE k.copies - 1 > coalesce(f.refused, 0)"
 }
 
-# report NAME VALUE: one line of the figures.
-report() {
-    printf '#   %-42s %s\n' "$1" "$2"
-}
-
-# must_be_0 NAME SQL: a figure that must be zero.
-must_be_0() {
-    local n
-    n=$(sql "$2") || { fail "$1: query failed"; return; }
-    report "$1" "$n"
-    [ "$n" = 0 ] || fail "$1: $n, want 0"
-}
-
 # keep_evidence: with CHAOS_EVIDENCE set, copy the logs and dump the shop
 # database (the outbox, the figures' tables) into that directory.
 keep_evidence() {

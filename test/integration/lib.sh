@@ -148,3 +148,16 @@ holds() {
     done
     [ "$("$runner" "$2" 2>/dev/null)" = t ]
 }
+
+# report NAME VALUE: one line of a suite's figures.
+report() {
+    printf '#   %-42s %s\n' "$1" "$2"
+}
+
+# must_be_0 NAME SQL: a figure that must be zero; false when it is not.
+must_be_0() {
+    local n
+    n=$(sql "$2") || { fail "$1: query failed"; return 1; }
+    report "$1" "$n"
+    [ "$n" = 0 ] || { fail "$1: $n, want 0"; return 1; }
+}
