@@ -12,10 +12,9 @@ FAULTS=(leader_cut kafka_cut_long leader_isolated quorum_split standby_cut zombi
 
 # fault NAME [HOLD]: one fault alone: made, healed, then caught up.
 fault() {
-    local first
-    first=$(first_id)
+    FAULT_FIRST=$(first_id)
     fault_make "$1" "${2:-}"
-    caught_up "$1" "$first"
+    caught_up "$1" "$FAULT_FIRST"
 }
 
 # first_id: the id the next committed event will have at least.
@@ -33,11 +32,15 @@ fault_make() {
 }
 
 # caught_up LABEL FIRST: wait (240 s at most) until the relay has caught
-# up: nothing unsent older than a second, nothing dead; record the
-# window (LABEL, FIRST, seconds from the heal) for the checker.
+# up: every event committed from FIRST to the heal recorded sent, none
+# dead; record the window (LABEL, FIRST, seconds from the heal) for the
+# checker.  By ids, not by outbox.stats.max_delay_sec: events of a batch in
+# flight have no state row yet, and that figure leaves them out.
 caught_up() {
-    local heal=$SECONDS recovery=never
-    if wait_until 240 "SELECT coalesce(max_delay_sec, 0) < 1 AND dead = 0 FROM outbox.stats"; then
+    local heal=$SECONDS recovery=never upto
+    upto=$(first_id)
+    if wait_until 240 "SELECT NOT EXISTS (SELECT 1 FROM outbox.events
+                                           WHERE id >= $2 AND id < $upto AND status <> 'sent')"; then
         recovery=$((SECONDS - heal))
         echo "#   caught up $recovery s after the heal"
     else
@@ -90,6 +93,9 @@ f_kafka_cut_long() {
     before=$(sent_count)
     hold 16
     [ "$(sent_count)" = "$before" ] || fail "kafka_cut_long: events recorded as sent while Kafka was unreachable"
+    echo "#   at the cut's end: $(sql "SELECT 'unsent ' || count(*) FILTER (WHERE status <> 'sent') || ', by state '
+        || string_agg(DISTINCT status, '/') FILTER (WHERE status <> 'sent') FROM outbox.events WHERE id >= $FAULT_FIRST");" \
+        "outbox.stats: $(sql "SELECT 'backlog ' || backlog || ', max_delay_sec ' || max_delay_sec FROM outbox.stats")"
 }
 
 # A leader cut from both its followers (and so from the controller
@@ -174,12 +180,12 @@ f_one_way_in() {
 # 1 to 3 s apart, the next made before the relay caught up from the last;
 # then the time to catch up after the third.
 sequence() {
-    local i first names=()
-    first=$(first_id)
+    local i names=()
+    FAULT_FIRST=$(first_id)
     for i in 1 2 3; do
         names+=("${FAULTS[RANDOM % ${#FAULTS[@]}]}")
         fault_make "${names[-1]}" $((3 + RANDOM % 8))
         sleep $((1 + RANDOM % 3))
     done
-    caught_up "seq$1:$(IFS=+; echo "${names[*]}")" "$first"
+    caught_up "seq$1:$(IFS=+; echo "${names[*]}")" "$FAULT_FIRST"
 }
