@@ -10,6 +10,7 @@ IT_PASSED=0
 IT_FAILED=0
 IT_N=0
 IT_SKIPPED=0
+IT_TODO=0
 
 # sql SQL: run SQL in the test database, unaligned, tuples only.
 sql() {
@@ -114,10 +115,18 @@ skip_case() {
     IT_CASE_SKIP=$1
 }
 
+# todo_case REASON: mark the running case a known failure, with REASON:
+# its TAP line is "not ok N - NAME # TODO REASON", counted neither way
+# (the failure is known and described; the case goes on).
+todo_case() {
+    IT_CASE_TODO=$1
+}
+
 # run_case NAME: run t_NAME and print its TAP line.
 run_case() {
     IT_CASE_FAILED=0
     IT_CASE_SKIP=
+    IT_CASE_TODO=
     IT_N=$((IT_N + 1))
     local start=$SECONDS
     if declare -F "t_$1" >/dev/null; then
@@ -125,7 +134,10 @@ run_case() {
     else
         fail "no function t_$1"
     fi
-    if [ -n "$IT_CASE_SKIP" ] && [ "$IT_CASE_FAILED" -eq 0 ]; then
+    if [ -n "$IT_CASE_TODO" ] && [ "$IT_CASE_FAILED" -eq 0 ]; then
+        IT_TODO=$((IT_TODO + 1))
+        echo "not ok $IT_N - $1 # TODO $IT_CASE_TODO ($((SECONDS - start)) s)"
+    elif [ -n "$IT_CASE_SKIP" ] && [ "$IT_CASE_FAILED" -eq 0 ]; then
         IT_SKIPPED=$((IT_SKIPPED + 1))
         echo "ok $IT_N - $1 # SKIP $IT_CASE_SKIP"
     elif [ "$IT_CASE_FAILED" -eq 0 ]; then

@@ -8,6 +8,7 @@
 # The relay runs inside the primary's namespace: "the relay" below is the
 # primary's node.
 
+FENCES=0
 FAULTS=(leader_cut kafka_cut_long leader_isolated quorum_split standby_cut zombie_primary flapping one_way_out one_way_in)
 
 # fault NAME [HOLD]: one fault alone: made, healed, then caught up.
@@ -34,20 +35,51 @@ fault_make() {
 # caught_up LABEL FIRST: wait (240 s at most) until the relay has caught
 # up: every event committed from FIRST to the heal recorded sent, none
 # dead; record the window (LABEL, FIRST, seconds from the heal) for the
-# checker.  By ids, not by outbox.stats.max_delay_sec: events of a batch in
-# flight have no state row yet, and that figure leaves them out.
+# checker.  By ids, as the checker's windows count events.
 caught_up() {
     local heal=$SECONDS recovery=never upto
     upto=$(first_id)
-    if wait_until 240 "SELECT NOT EXISTS (SELECT 1 FROM outbox.events
-                                           WHERE id >= $2 AND id < $upto AND status <> 'sent')"; then
-        recovery=$((SECONDS - heal))
-        echo "#   caught up $recovery s after the heal"
-    else
+    while [ $SECONDS -lt $((heal + 240)) ]; do
+        if [ "$(sql "SELECT NOT EXISTS (SELECT 1 FROM outbox.events
+                                         WHERE id >= $2 AND id < $upto AND status <> 'sent')")" = t ]; then
+            recovery=$((SECONDS - heal))
+            break
+        fi
+        relay_fenced && known_fence "$1"
+        sleep 0.2
+    done
+    if [ "$recovery" = never ]; then
         fail "$1: not caught up 240 s after the heal: $(sql "SELECT backlog || ' in backlog, ' || max_delay_sec
             || ' s behind, ' || dead || ' dead, relay ' || coalesce(relay_state, '?') FROM outbox.stats")"
+    else
+        echo "#   caught up $recovery s after the heal"
     fi
     printf '%s\t%s\t%s\n' "$1" "$2" "$recovery" >>"$W/windows.tsv"
+}
+
+# relay_fenced: whether the primary's relay says its producer was fenced.
+relay_fenced() {
+    [ "$(sql "SELECT count(*) FROM outbox.relay_status() WHERE state = 'fenced'")" != 0 ]
+}
+
+# known_fence LABEL: the known failure of exactly_once (docs/testing.md,
+# "Partition suite"): the relay cut from the transaction coordinator
+# longer than transaction.timeout.ms; the coordinator aborted the
+# transaction and bumped the producer's epoch, and the relay, told it was
+# fenced, stops sending until a reload, though no other relay runs.  A
+# failure, or with PARTITION_KNOWN_FAILING=1 (make partitions) a TODO;
+# then a reload lets the relay go on, and the run checks the rest.
+known_fence() {
+    local why="the relay fenced by its own transaction's timeout, sending nothing until a reload"
+    FENCES=$((FENCES + 1))
+    echo "#   $1: $why; reloading"
+    if [ "${PARTITION_KNOWN_FAILING:-0}" = 1 ]; then
+        todo_case "$why"
+    else
+        fail "$1: $why"
+    fi
+    sql "SELECT pg_reload_conf()" >/dev/null
+    sleep 1
 }
 
 # hold DEFAULT: sleep HOLD seconds, or DEFAULT.

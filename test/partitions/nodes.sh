@@ -9,7 +9,6 @@
 # harness watches, it is never partitioned.
 
 declare -A PG_DATA PG_PORT
-WRITER_PIDS=()
 
 # pg_ctl_on NODE ARGS...: pg_ctl on NODE's data, in NODE's namespace, as
 # the cluster's OS user.
@@ -75,30 +74,6 @@ conninfo() {
     echo "host=$(net_addr pg1),$(net_addr pg2) port=${PG_PORT[pg1]},${PG_PORT[pg2]} dbname=$1" \
         "target_session_attrs=read-write connect_timeout=2 keepalives_idle=1" \
         "keepalives_interval=1 keepalives_count=2 tcp_user_timeout=3000"
-}
-
-# writers_start: the chaos suite's order writers, in the clients'
-# namespace.  nsenter is called, not net_exec: a function sent to the
-# background runs in a subshell, and $! would be the subshell's.
-writers_start() {
-    local w
-    for w in $(seq 1 "$WRITERS"); do
-        nsenter --net="$(net_path cl)" -- "$TOOLS/outbox-chaos-writer" -d "$(conninfo shop)" -w "$w" -t "$TOPIC" -p 20 \
-            >"$W/acked.$w" 2>"$W/writer.$w.log" &
-        WRITER_PIDS+=($!)
-    done
-}
-
-writers_stop() {
-    [ ${#WRITER_PIDS[@]} -gt 0 ] || return 0
-    kill -TERM "${WRITER_PIDS[@]}" 2>/dev/null
-    wait "${WRITER_PIDS[@]}" 2>/dev/null
-    WRITER_PIDS=()
-}
-
-# acked: orders the writers have seen committed so far.
-acked() {
-    cat "$W"/acked.* | wc -l
 }
 
 # consume_all ISOLATION FILE: every message of the topic, read from the
