@@ -42,7 +42,7 @@ check_delivered() {
     must_be_0 "received, never committed" "SELECT count(*) FROM ${d}_v d
         WHERE NOT EXISTS (SELECT 1 FROM $c c WHERE c.id = d.event_id AND c.ref = d.ref)" || bad=1
     must_be_0 "rolled back, received" "SELECT count(*) FROM ${d}_v WHERE ref LIKE 'rb-%'" || bad=1
-    must_be_0 "per-key order violations" "SELECT count(*) FROM ${d}_late" || bad=1
+    check_order "$d" || bad=1
     must_be_0 "keys on more than one partition" "SELECT count(*) FROM (
         SELECT key FROM $d GROUP BY key HAVING count(DISTINCT part) > 1) k" || bad=1
     dups=$(sql "SELECT count(*) - count(DISTINCT event_id) FROM $d")
@@ -86,6 +86,37 @@ p_lost() {
            FROM $2 c LEFT JOIN outbox.events e ON e.id = c.id
           WHERE NOT EXISTS (SELECT 1 FROM $1_v d WHERE d.event_id = c.id AND d.ref = c.ref)
           ORDER BY c.id LIMIT 8" 2>/dev/null
+}
+
+# check_order DELIVERED: no per-key order violation; false if there is.
+# With ORDER_KNOWN set (make partitions, at_least_once), violations are the
+# known failure docs/testing.md describes (an event skipped, the later ones
+# of its key written, then it and they sent again): a TODO, not a failure.
+check_order() {
+    local n
+    n=$(sql "SELECT count(*) FROM $1_late")
+    report "per-key order violations" "$n"
+    [ "$n" = 0 ] && return 0
+    p_late "$1"
+    if [ -n "${ORDER_KNOWN:-}" ]; then
+        echo "#   $1: $n per-key order violations: $ORDER_KNOWN"
+        todo_case "$ORDER_KNOWN"
+        return 0
+    fi
+    fail "per-key order violations: $n, want 0"
+    return 1
+}
+
+# p_late DELIVERED: the first events received after a later one of their
+# key: where each landed, the seq it followed, and what the outbox says.
+p_late() {
+    sql "SELECT '#     late: event ' || l.event_id || ' key ' || d.key || ' seq ' || d.seq || ' at ' || d.part || '/' || d.off
+                || ' after seq ' || (SELECT max(e.seq) FROM $1_v e WHERE e.key = d.key AND e.part = d.part AND e.off < d.off)
+                || coalesce(', ' || s.status || ' attempts ' || s.attempts || coalesce(' (' || left(s.last_error, 80) || ')', ''), '')
+           FROM $1_late l
+           JOIN LATERAL (SELECT * FROM $1_v v WHERE v.event_id = l.event_id ORDER BY part, off LIMIT 1) d ON true
+           LEFT JOIN outbox.event_state s ON s.id = l.event_id
+          ORDER BY d.part, d.off LIMIT 8" 2>/dev/null
 }
 
 # checker_selftest: the checker fed results made up here, with figures

@@ -208,15 +208,21 @@ f_one_way_in() {
     hold 12
 }
 
-# sequence N: three faults drawn from the run's seed, each held 3 to 10 s,
-# 1 to 3 s apart, the next made before the relay caught up from the last;
-# then the time to catch up after the third.
+# sequence N [SPEC]: three faults drawn from the run's seed, each held 3
+# to 10 s, 1 to 3 s apart, the next made before the relay caught up from
+# the last; then the time to catch up after the third.  SPEC, "NAME:HOLD
+# ...", gives the faults instead (PARTITION_SEQUENCE: a sequence seen
+# failing, run again).
 sequence() {
-    local i names=()
+    local i spec=${2:-} names=() f
+    if [ -z "$spec" ]; then
+        for i in 1 2 3; do spec+="${FAULTS[RANDOM % ${#FAULTS[@]}]}:$((3 + RANDOM % 8)) "; done
+    fi
+    echo "#   PARTITION_SEQUENCE=\"${spec% }\""
     FAULT_FIRST=$(first_id)
-    for i in 1 2 3; do
-        names+=("${FAULTS[RANDOM % ${#FAULTS[@]}]}")
-        fault_make "${names[-1]}" $((3 + RANDOM % 8))
+    for f in $spec; do
+        names+=("${f%%:*}")
+        fault_make "${f%%:*}" "${f#*:}"
         sleep $((1 + RANDOM % 3))
     done
     caught_up "seq$1:$(IFS=+; echo "${names[*]}")" "$FAULT_FIRST"
