@@ -49,7 +49,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo deb chaos fuzz mutations kafka-versions bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
+.PHONY: test demo deb chaos partitions fuzz mutations kafka-versions bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
 
 # A PostgreSQL whose server this system lacks is tested in the Debian
 # release that ships it (test/matrix, in a root file system of its own).
@@ -89,6 +89,16 @@ deb:
 chaos:
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} test/chaos/run
 	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-5} CHAOS_DELIVERY=exactly_once test/chaos/run
+
+# The partition suite, long version: every fault alone, then 20 random
+# sequences, in both delivery modes (make test runs two faults in each
+# and one sequence in at_least_once); the known failure of exactly_once
+# (docs/testing.md) is reported as TODO here, not in make test.  As root.
+partitions:
+	PARTITION_FAULTS=$${PARTITION_FAULTS:-all} PARTITION_SEQUENCES=$${PARTITION_SEQUENCES:-20} \
+	    PARTITION_KNOWN_FAILING=1 test/partitions/run
+	PARTITION_FAULTS=$${PARTITION_FAULTS:-all} PARTITION_SEQUENCES=$${PARTITION_SEQUENCES:-20} \
+	    PARTITION_KNOWN_FAILING=1 PARTITION_DELIVERY=exactly_once test/partitions/run
 
 # The fuzz run of the progress record's parser (make test runs 300,000
 # cases), then of enqueue and claim (3,000), long versions.

@@ -3,7 +3,6 @@
 # step, run by run_case.
 
 SERVER_BIN=${CLUSTER_INSTALL:-}$PG_BINDIR
-WRITER_PIDS=()
 CONSUMER_PID=
 LOCKER_PID=
 # Relay crashes the run made (SIGKILL, immediate stop, failover): each may
@@ -39,21 +38,6 @@ flow() {
     sleep "$FLOW"
 }
 
-chaos_start_writers() {
-    for w in $(seq 1 "$WRITERS"); do
-        "$TOOLS/outbox-chaos-writer" -d "$(conninfo shop)" -w "$w" -t "$TOPIC" \
-            >"$W/acked.$w" 2>"$W/writer.$w.log" &
-        WRITER_PIDS+=($!)
-    done
-}
-
-chaos_stop_writers() {
-    [ ${#WRITER_PIDS[@]} -gt 0 ] || return 0
-    kill -TERM "${WRITER_PIDS[@]}" 2>/dev/null
-    wait "${WRITER_PIDS[@]}" 2>/dev/null
-    WRITER_PIDS=()
-}
-
 chaos_start_consumer() {
     "$TOOLS/outbox-chaos-inventory" -b "$KAFKA_BROKERS" -t "$TOPIC" -d "$(conninfo inventory)" \
         2>>"$W/inventory.log" &
@@ -70,11 +54,6 @@ chaos_stop_consumer() {
 chaos_stop_clients() {
     chaos_stop_writers
     chaos_stop_consumer
-}
-
-# acked: orders the writers have seen committed so far.
-acked() {
-    cat "$W"/acked.* | wc -l
 }
 
 # A fresh standby of the primary, streaming and synchronous: a commit is
@@ -508,19 +487,6 @@ load_refusals() {
            SELECT event_id FROM (SELECT event_id, count(*) AS copies FROM chaos_delivered GROUP BY 1) k
              LEFT JOIN (SELECT event_id, count(*) AS refused FROM chaos_refused GROUP BY 1) f USING (event_id)
             WHERE k.copies - 1 > coalesce(f.refused, 0)"
-}
-
-# report NAME VALUE: one line of the figures.
-report() {
-    printf '#   %-42s %s\n' "$1" "$2"
-}
-
-# must_be_0 NAME SQL: a figure that must be zero.
-must_be_0() {
-    local n
-    n=$(sql "$2") || { fail "$1: query failed"; return; }
-    report "$1" "$n"
-    [ "$n" = 0 ] || fail "$1: $n, want 0"
 }
 
 # keep_evidence: with CHAOS_EVIDENCE set, copy the logs and dump the shop
