@@ -31,11 +31,14 @@
 static uint64 initialized = 0;    /* the producer generation initialized */
 static uint64 open_in = 0;        /* the generation with a transaction open */
 static TimestampTz opened_at = 0; /* when that transaction began */
+/* Until when a fence may still be an outlived transaction's (see below). */
+static TimestampTz outlived_until = 0;
 static KafkaTxnRefusal refusal = KAFKA_TXN_ALLOWED; /* of the latest step */
 
 static KafkaTxnResult end_txn(bool commit, int timeout_ms, char *why,
 							  size_t size);
 static KafkaTxnResult outcome(rd_kafka_error_t *error, char *why, size_t size);
+static int transaction_timeout_ms(void);
 static KafkaTxnResult progress_read(const char *brokers,
 									const char *properties, const char *topic,
 									const char *key, const char *const *marks,
@@ -109,28 +112,54 @@ outbox_kafka_txn_open(void)
 }
 
 /*
- * outbox_kafka_txn_outlived: whether the open transaction has been open
- * longer than the producer's transaction.timeout.ms.  Its coordinator may
- * then have aborted it and bumped the producer's epoch, which librdkafka
- * reports as a fence: a relay cut from Kafka that long was fenced by its
- * own timeout, not by another relay.  Another producer of the same
- * transactional.id fences one whose transaction is younger, or that has
- * none open, as well; told apart so, a relay fenced by another never
- * starts again on its own, and the other is fenced at most once.
+ * The coordinator looks for transactions past their timeout every
+ * transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by
+ * default); a fence that follows one outlived transaction by up to this
+ * much more may still be its coordinator's abort.
+ */
+#define OUTLIVED_SLACK_MS 30000
+
+/*
+ * outbox_kafka_txn_outlived: whether a fence now may come from this
+ * producer's own transaction outliving transaction.timeout.ms, not from
+ * another producer of its transactional.id: the open transaction is older
+ * than that, or one that was ended within the last timeout plus
+ * OUTLIVED_SLACK_MS.  Its coordinator may then have aborted it and bumped
+ * the producer's epoch, which librdkafka reports as a fence, even to a
+ * transaction begun after the relay's own abort (the two aborts race once
+ * Kafka is reachable again).  Another relay of the same id fences one
+ * whose transactions kept within their timeout: told apart so, a relay
+ * fenced by another never starts again on its own, and the other is
+ * fenced at most once in turn.
  */
 bool
 outbox_kafka_txn_outlived(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int timeout_ms = transaction_timeout_ms();
+
+	if (timeout_ms <= 0)
+		return false;
+	return now < outlived_until ||
+		   (outbox_kafka_txn_open() &&
+			TimestampDifferenceExceeds(opened_at, now, timeout_ms));
+}
+
+/*
+ * transaction_timeout_ms: the producer's transaction.timeout.ms, or 0.
+ */
+static int
+transaction_timeout_ms(void)
 {
 	rd_kafka_t *producer = outbox_kafka_producer();
 	char value[32];
 	size_t size = sizeof(value);
 
-	if (!outbox_kafka_txn_open() ||
+	if (producer == NULL ||
 		rd_kafka_conf_get(rd_kafka_conf(producer), "transaction.timeout.ms",
 						  value, &size) != RD_KAFKA_CONF_OK)
-		return false;
-	return TimestampDifferenceExceeds(opened_at, GetCurrentTimestamp(),
-									  atoi(value));
+		return 0;
+	return atoi(value);
 }
 
 /*
@@ -171,7 +200,15 @@ end_txn(bool commit, int timeout_ms, char *why, size_t size)
 				why, size);
 
 	if (result == KAFKA_TXN_DONE)
+	{
+		int timeout_ms = transaction_timeout_ms();
+
+		if (timeout_ms > 0 && TimestampDifferenceExceeds(
+								  opened_at, GetCurrentTimestamp(), timeout_ms))
+			outlived_until = TimestampTzPlusMilliseconds(
+				GetCurrentTimestamp(), timeout_ms + OUTLIVED_SLACK_MS);
 		open_in = 0;
+	}
 	return result;
 }
 

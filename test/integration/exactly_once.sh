@@ -395,9 +395,13 @@ t_eos_commit_fatal() {
 # as a fence.  No other relay fenced this one: it says why, makes a new
 # producer and delivers every event once, rather than stop until a
 # reload.  (A relay cut from Kafka that long meets it: the partition
-# suite.)  A fence of a young transaction still halts: eos_fencing.
+# suite.)  Then the same fence on the next transaction, once the outlived
+# one was committed after all: the coordinator's abort for the timeout
+# may come after the relay's own end, and fence the transaction after.
+# A fence of a transaction that no outlived one came shortly before still
+# halts: eos_fencing.
 t_eos_fence_outlived() {
-    local topic=mock.eos.outlived pid
+    local topic=mock.eos.outlived next=mock.eos.outlived.next pid
     properties_applied "transaction.timeout.ms=1000;message.timeout.ms=1000"
     mock_eos_ready $topic || return
     pid=$(relay_pid)
@@ -405,13 +409,31 @@ t_eos_fence_outlived() {
     sleep 3
     mock clear 26
     mock request-errors 26 1 47 # INVALID_PRODUCER_EPOCH
-    log_shows 'outbox relay: making a new Kafka producer'
-    log_shows 'DETAIL:  The producer failed: .*the transaction outlived transaction.timeout.ms'
-    ! log_since "$LOG_MARK" | grep -q "stopped sending until a reload" || fail "the relay took its own timed-out transaction for another relay's fence"
+    fence_outlived_said
     arrive_once $topic 10 "$MOCK_BROKERS"
+
+    mock create $next 1
+    mock_eos_commits_answered $next 100000 51
+    sleep 3
+    mock clear 26
+    wait_until 20 "$(all_sent $next 9)" || fail "the outlived transaction was not committed once answered"
+    LOG_MARK=$(log_mark)
+    mock request-errors 26 1 47
+    enqueue $next 1 next-after
+    fence_outlived_said
+    UNORDERED=1 arrive_once $next 10 "$MOCK_BROKERS"
     relay_steady "$pid"
     set_delivery at_least_once
     reset_properties
+}
+
+# fence_outlived_said: since LOG_MARK the relay made a new producer for a
+# transaction that outlived its timeout, and did not halt.
+fence_outlived_said() {
+    log_shows 'outbox relay: making a new Kafka producer'
+    log_shows 'DETAIL:  The producer failed: .*the transaction outlived transaction.timeout.ms'
+    ! log_since "$LOG_MARK" | grep -q "stopped sending until a reload" \
+        || fail "the relay took its own timed-out transaction for another relay's fence"
 }
 
 # exactly_once, mock broker: the coordinator answers commits with
