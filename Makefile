@@ -92,7 +92,7 @@ chaos:
 
 # The partition suite, long version: every fault alone, then 20 random
 # sequences, in both delivery modes (make test runs two faults in each
-# and one sequence in at_least_once); the known failure of exactly_once
+# and one sequence in at_least_once); the known failure of at_least_once
 # (docs/testing.md) is reported as TODO here, not in make test.  As root.
 partitions:
 	PARTITION_FAULTS=$${PARTITION_FAULTS:-all} PARTITION_SEQUENCES=$${PARTITION_SEQUENCES:-20} \
