@@ -201,12 +201,12 @@ end_txn(bool commit, int timeout_ms, char *why, size_t size)
 
 	if (result == KAFKA_TXN_DONE)
 	{
-		int timeout_ms = transaction_timeout_ms();
+		int limit_ms = transaction_timeout_ms();
 
-		if (timeout_ms > 0 && TimestampDifferenceExceeds(
-								  opened_at, GetCurrentTimestamp(), timeout_ms))
+		if (limit_ms > 0 && TimestampDifferenceExceeds(
+								opened_at, GetCurrentTimestamp(), limit_ms))
 			outlived_until = TimestampTzPlusMilliseconds(
-				GetCurrentTimestamp(), timeout_ms + OUTLIVED_SLACK_MS);
+				GetCurrentTimestamp(), limit_ms + OUTLIVED_SLACK_MS);
 		open_in = 0;
 	}
 	return result;

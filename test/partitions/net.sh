@@ -31,6 +31,22 @@ net_addr() {
     echo "${NET_IP[$1]}"
 }
 
+# net_usable: whether this system lets the suite make a namespace, put a
+# veth in it, and work in it with ip -n and nsenter (a container or a
+# chroot without the rights, or whose / is no mount point, refuses one of
+# them: ip -n remounts /, which test/matrix's root file systems refuse).
+# Leaves nothing behind.
+net_usable() {
+    local ns=$NET_TAG-probe ok=1
+    ip netns add "$ns" 2>/dev/null || return 1
+    ip link add "${NET_TAG}p" type veth peer name eth0 netns "$ns" 2>/dev/null || ok=
+    [ -n "$ok" ] && { ip -n "$ns" link set lo up 2>/dev/null || ok=; }
+    [ -n "$ok" ] && { nsenter --net="/var/run/netns/$ns" -- true 2>/dev/null || ok=; }
+    ip link del "${NET_TAG}p" 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+    [ -n "$ok" ]
+}
+
 # net_setup NODE:OCTET...: the bridge, then a namespace, a veth and the
 # address NET_PREFIX.OCTET for each NODE.
 net_setup() {
