@@ -10,7 +10,7 @@ OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan
              src/enqueue.o src/claim.o src/launcher.o src/worker.o \
              src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
              src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
-             src/redact.o src/kafka_scrub.o src/exactly_once.o src/kafka_txn.o src/utility.o \
+             src/redact.o src/kafka_scrub.o src/kafka_deadline.o src/exactly_once.o src/kafka_txn.o src/utility.o \
              src/db_settings.o src/sender.o src/progress_record.o \
              src/kafka_conf_help.o
 DATA       = $(wildcard sql/outbox--*.sql)
@@ -92,13 +92,12 @@ chaos:
 
 # The partition suite, long version: every fault alone, then 20 random
 # sequences, in both delivery modes (make test runs two faults in each
-# and one sequence in at_least_once); the known failure of at_least_once
-# (docs/testing.md) is reported as TODO here, not in make test.  As root.
+# and one sequence in at_least_once).  As root.
 partitions:
 	PARTITION_FAULTS=$${PARTITION_FAULTS:-all} PARTITION_SEQUENCES=$${PARTITION_SEQUENCES:-20} \
-	    PARTITION_KNOWN_FAILING=1 test/partitions/run
+	    test/partitions/run
 	PARTITION_FAULTS=$${PARTITION_FAULTS:-all} PARTITION_SEQUENCES=$${PARTITION_SEQUENCES:-20} \
-	    PARTITION_KNOWN_FAILING=1 PARTITION_DELIVERY=exactly_once test/partitions/run
+	    PARTITION_DELIVERY=exactly_once test/partitions/run
 
 # The fuzz run of the progress record's parser (make test runs 300,000
 # cases), then of enqueue and claim (3,000), long versions.

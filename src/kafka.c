@@ -183,7 +183,6 @@ static uint64 acked_seq = 0;          /* the latest queued of those acked */
 static uint64 failures = 0;           /* messages refused or failed so far */
 static int wake_pipe[2] = {-1, -1};   /* readable when librdkafka has news */
 static bool fatal_error = false;
-static bool gap_feared = false; /* a message timed out: close_gap() is due */
 static bool transactional = false;           /* a transactional.id was given */
 static const char *broker_state = "unknown"; /* "up", "down", "unknown" */
 static LogLine log_lines[LOG_SLOTS];
@@ -223,7 +222,7 @@ static char *next_entry(const char **cursor);
 static char *trimmed(char *text);
 static KafkaSendResult refused_at_once(OutboxMessage *msg,
 									   rd_kafka_resp_err_t err);
-static void close_gap(void);
+static void take_back_overdue(void);
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg,
 						void *opaque);
 static void on_log(const rd_kafka_t *rk, int level, const char *fac,
@@ -266,6 +265,7 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	Assert(producer == NULL);
 	outbox_scrub_forget();
 	scrub_values_of(properties);
+	outbox_kafka_deadline_reset();
 	conf = make_conf(brokers, properties, transactional_id, problem, size);
 	if (conf == NULL)
 	{
@@ -311,7 +311,6 @@ outbox_kafka_start(const char *brokers, const char *properties,
 	outstanding_bytes = 0;
 	memset(known_topics, 0, sizeof(known_topics));
 	fatal_error = false;
-	gap_feared = false;
 	broker_state = "unknown";
 	if (!open_wake_pipe())
 	{
@@ -344,6 +343,7 @@ outbox_kafka_stop(void)
 	producer = NULL;
 	outstanding = 0;
 	outstanding_bytes = 0;
+	outbox_kafka_deadline_reset();
 	drain_wake_pipe(); /* what the old producer said is served */
 	flush_log();
 }
@@ -452,6 +452,7 @@ outbox_kafka_send(OutboxMessage *msg)
 		outstanding_bytes += msg->value_len;
 		msg->queued = true;
 		msg->seq = ++queued_seq;
+		outbox_kafka_deadline_queued(msg);
 		return KAFKA_QUEUED;
 	}
 	/* Not queued: the headers are still ours. */
@@ -502,7 +503,7 @@ outbox_kafka_push(void)
 	if (producer == NULL)
 		return;
 	(void) rd_kafka_flush(producer, 0);
-	close_gap();
+	take_back_overdue();
 	flush_log();
 }
 
@@ -569,31 +570,24 @@ outbox_kafka_serve(void)
 	{
 		drain_wake_pipe();
 		rd_kafka_poll(producer, 0);
-		close_gap();
+		take_back_overdue();
 	}
 	flush_log();
 }
 
 /*
- * close_gap: once librdkafka gave up on a message (message.timeout.ms),
- * take back every message it still holds.  The idempotent producer keeps
- * order only among the messages it delivers: after a queued message times
- * out it bumps its epoch and sends the younger ones of the partition,
- * which would reach Kafka before the relay sends the timed-out one again
- * (librdkafka's INTRODUCTION, "Message timeout considerations").  Taken
- * back, they come back as purged, and are sent again after it, in order.
- * Kafka writes a partition's messages of one epoch only in sequence, so
- * what it already holds of them is a prefix: sent again, a duplicate, not
- * a reordering.  Not in a Kafka transaction: a timeout aborts it, and
- * with it every younger message.
+ * take_back_overdue: once a message has waited message.timeout.ms outside
+ * a Kafka transaction, take back every message librdkafka holds, before
+ * anything younger of its partition can leave (kafka_deadline.c).  They
+ * come back as timed out or purged, and are sent again in order.  What
+ * Kafka already holds of a partition's messages is a prefix of them (one
+ * epoch's messages are written only in sequence): sent again, a
+ * duplicate, not a reordering.
  */
 static void
-close_gap(void)
+take_back_overdue(void)
 {
-	if (!gap_feared)
-		return;
-	gap_feared = false;
-	if (!transactional)
+	if (!transactional && outbox_kafka_deadline_passed())
 		(void) rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE |
 											RD_KAFKA_PURGE_F_INFLIGHT);
 }
@@ -735,6 +729,13 @@ make_conf(const char *brokers, const char *properties,
 	conf = user_conf(conf, brokers, properties, problem, size);
 	if (conf == NULL)
 		return NULL;
+	/* Outside a transaction, the relay keeps message.timeout.ms itself. */
+	if (transactional_id == NULL &&
+		!outbox_kafka_deadline_conf(conf, problem, size))
+	{
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	return conf;
@@ -1041,6 +1042,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 	if (msg == NULL)
 		return;
 	outstanding_bytes -= msg->value_len;
+	err = outbox_kafka_deadline_answered(msg, err);
 	/* Taken back by take_back_refused: the cluster's refusal is the answer. */
 	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE &&
 		permanent_refusal(msg->topic, false) != RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -1062,7 +1064,6 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 		strlcpy(stalled_topic, msg->topic, sizeof(stalled_topic));
 	msg->error_text = err ? rd_kafka_err2str(err) : NULL;
 	msg->timed_out = err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
-	gap_feared |= msg->timed_out;
 	msg->topic_unknown = is_unknown_topic(err);
 	msg->purged = err == RD_KAFKA_RESP_ERR__PURGE_QUEUE ||
 				  err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;

@@ -2,10 +2,10 @@
  * kafka.h
  *		The relay's Kafka producer, as seen by the rest of the extension.
  *
- * Only kafka.c, kafka_txn.c and kafka_conf_help.c include rdkafka.h;
- * everything else deals in OutboxMessage.  Nothing in kafka.c waits: the
- * worker's loop waits on outbox_kafka_wake_fd().  kafka_txn.c's calls
- * wait, each for at most the time its caller gives.
+ * Only the kafka*.c files call librdkafka; everything else deals in
+ * OutboxMessage.  Nothing in kafka.c waits: the worker's loop waits on
+ * outbox_kafka_wake_fd().  kafka_txn.c's calls wait, each for at most the
+ * time its caller gives.
  *
  * src/kafka.h
  */
@@ -14,6 +14,7 @@
 
 #include "postgres.h"
 
+#include "lib/ilist.h"
 #include "utils/timestamp.h"
 
 #include "outbox.h"
@@ -42,6 +43,8 @@ typedef struct OutboxMessage
 
 	bool queued; /* handed to librdkafka: a delivery report will come */
 	uint64 seq;  /* when queued: how many were queued before, plus one */
+	TimestampTz queued_at; /* when, while kafka_deadline.c watches it */
+	dlist_node unanswered; /* its place in kafka_deadline.c's list */
 
 	/* Set by the delivery report, served on the worker's own thread. */
 	bool done;
@@ -141,6 +144,15 @@ extern bool outbox_kafka_unreadable_file(struct rd_kafka_conf_s *conf,
 extern void outbox_scrub_forget(void);
 extern void outbox_scrub_add(const char *value);
 extern void outbox_scrub(const char *text, char *out, size_t size);
+
+/* kafka_deadline.c: message.timeout.ms outside a Kafka transaction. */
+extern bool outbox_kafka_deadline_conf(struct rd_kafka_conf_s *conf,
+									   char *problem, size_t size);
+extern void outbox_kafka_deadline_reset(void);
+extern void outbox_kafka_deadline_queued(OutboxMessage *msg);
+extern int outbox_kafka_deadline_answered(OutboxMessage *msg, int err);
+extern bool outbox_kafka_deadline_passed(void);
+extern TimestampTz outbox_kafka_deadline(void);
 
 /* kafka_txn.c */
 extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,

@@ -910,7 +910,8 @@ after_round(const Round *round, TimestampTz now)
  * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
  * a deadline: none after a round that worked, else until the next
  * handover, record of answered batches, backoff, read held back
- * (gap_for) or outbox.poll_interval.
+ * (gap_for), message given up on (kafka_deadline.c) or
+ * outbox.poll_interval.
  */
 static int
 wait_ms(const Round *round, TimestampTz now)
@@ -919,6 +920,7 @@ wait_ms(const Round *round, TimestampTz now)
 	TimestampTz handover = relay_flight_next_handover();
 	TimestampTz record = relay_first_sends_record_at();
 	TimestampTz gap_end = read_gap_end(now);
+	TimestampTz overdue = outbox_kafka_deadline();
 	long secs;
 	int usecs;
 
@@ -934,6 +936,8 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, gap_end);
 	if (remake_at > now)
 		until = Min(until, remake_at);
+	if (overdue != 0)
+		until = Min(until, overdue);
 	if (until <= now)
 		return 1;
 	TimestampDifference(now, until, &secs, &usecs);

@@ -207,6 +207,54 @@ t_timeout_gap_order() {
     timeout_gap it.timeout_gap
 }
 
+# The same gap while the relay cannot serve librdkafka's reports: held in
+# its wait for a synchronous standby (as when the standby is cut off), it
+# cannot take back a younger event of a key before librdkafka, its older
+# one timed out, sends it once the broker is back.  Event a1 of key k is
+# queued to a frozen broker, a2 of k 2.5 s later; the relay is then held,
+# the broker let go after a1's message.timeout.ms (4 s) but before a2's,
+# and the relay let go 4 s later: a1 must still arrive before a2.
+t_timeout_gap_relay_held() {
+    local topic=it.gap_held out=$IT_TMP/gap_held.tsv mark
+    mark=$(log_mark)
+    set_setting outbox.kafka_properties "message.timeout.ms=4000"
+    wait_log "$mark" 20 '  parameter "outbox.kafka_properties"' || fail "the properties were not taken"
+    sql "SELECT outbox.enqueue('T', 'held-0', '{}', topic => '$topic', msg_key => 'k')" >/dev/null
+    wait_until 30 "$(all_sent $topic 1)" || fail "the first event was not sent"
+    kafka_pause
+    for i in 1 2 3 4 5 6; do
+        sql "SELECT outbox.enqueue('T', 'fill-$i', '{}', topic => '$topic', msg_key => 'fill')" >/dev/null
+        sleep 0.1
+    done
+    sql "SELECT outbox.enqueue('T', 'held-1', '{}', topic => '$topic', msg_key => 'k')" >/dev/null
+    sleep 2.5
+    sql "SELECT outbox.enqueue('T', 'held-2', '{}', topic => '$topic', msg_key => 'k')" >/dev/null
+    sleep 0.3
+    mark=$(log_mark)
+    set_setting synchronous_standby_names it_nobody
+    wait_log "$mark" 20 'parameter "synchronous_standby_names"' || fail "the standby's name was not taken"
+    sql "SET synchronous_commit = local;
+         SELECT outbox.enqueue('T', 'held-3', '{}', topic => '$topic', msg_key => 'other')" >/dev/null
+    wait_until 5 "SELECT count(*) = 1 FROM pg_stat_activity
+                  WHERE backend_type = 'outbox relay' AND wait_event = 'SyncRep'" \
+        || fail "the relay did not wait for the standby"
+    sleep 1.5
+    kafka_resume
+    sleep 4
+    reset_setting synchronous_standby_names
+    wait_until 60 "$(all_sent $topic 10)" || fail "events not all marked sent once the relay was let go"
+    consume $topic 1000000 30000 3000 >"$out"
+    load_consumed got_gap_held "$out"
+    expect "events arriving (first) after a later event of their key" "$(sql "
+        SELECT count(*) FROM (
+          SELECT event_id < max(event_id) OVER (PARTITION BY key ORDER BY part, off
+                                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS late
+            FROM (SELECT DISTINCT ON (event_id) * FROM got_gap_held ORDER BY event_id, part, off) f) o
+         WHERE late")" 0
+    echo "#   received: $(sql "SELECT string_agg(event_id::text || '@' || off, ' ' ORDER BY off) FROM got_gap_held")"
+    reset_setting outbox.kafka_properties
+}
+
 # timeout_gap TOPIC: the check above, in the current delivery mode, with
 # events of TOPIC.
 timeout_gap() {

@@ -89,20 +89,12 @@ p_lost() {
 }
 
 # check_order DELIVERED: no per-key order violation; false if there is.
-# With ORDER_KNOWN set (make partitions, at_least_once), violations are the
-# known failure docs/testing.md describes (an event skipped, the later ones
-# of its key written, then it and they sent again): a TODO, not a failure.
 check_order() {
     local n
     n=$(sql "SELECT count(*) FROM $1_late")
     report "per-key order violations" "$n"
     [ "$n" = 0 ] && return 0
     p_late "$1"
-    if [ -n "${ORDER_KNOWN:-}" ]; then
-        echo "#   $1: $n per-key order violations: $ORDER_KNOWN"
-        todo_case "$ORDER_KNOWN"
-        return 0
-    fi
     fail "per-key order violations: $n, want 0"
     return 1
 }
