@@ -164,7 +164,7 @@ relay_first_sends_read(int *taken)
 	RelayPos before;
 
 	*taken = 0;
-	if (room == 0)
+	if (room == 0 || relay_flight_failed_uncut())
 		return READ_FULL;
 	if (!relay_begin(
 			"reading the outbox from outbox.relay_cursor and outbox.event_log"))

@@ -242,6 +242,39 @@ relay_flight_room(const RelaySettings *settings, const RelayBatch *reading)
 }
 
 /*
+ * relay_flight_failed_uncut: whether an event of a batch in the queue
+ * failed for the broker's sake and the stream has not yet been cut there
+ * (first_sends.c's settle reads it again from that event).  Until it is,
+ * nothing younger may be sent: it would reach Kafka ahead of that event.
+ * The queue is looked through only after a failure; once none is found,
+ * not again until the next.
+ */
+bool
+relay_flight_failed_uncut(void)
+{
+	static uint64 failures_seen = 0;
+	uint64 failures = outbox_kafka_failures();
+	dlist_iter iter;
+
+	if (failures == failures_seen)
+		return false;
+	dlist_foreach(iter, &queue)
+	{
+		RelayBatch *batch = dlist_container(RelayBatch, node, iter.cur);
+
+		for (int i = 0; i < batch->count; i++)
+		{
+			OutboxMessage *msg = &batch->msgs[i];
+
+			if (msg->queued && msg->done && msg->error != 0 && msg->transient)
+				return true;
+		}
+	}
+	failures_seen = failures;
+	return false;
+}
+
+/*
  * relay_flight_empty: whether no batch waits to be recorded.
  */
 bool

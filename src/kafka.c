@@ -582,14 +582,18 @@ outbox_kafka_serve(void)
  * come back as timed out or purged, and are sent again in order.  What
  * Kafka already holds of a partition's messages is a prefix of them (one
  * epoch's messages are written only in sequence): sent again, a
- * duplicate, not a reordering.
+ * duplicate, not a reordering.  Their reports are served at once (the
+ * purge waits until librdkafka has queued them): a batch read before the
+ * relay knew of the failures would go out ahead of the events sent again.
  */
 static void
 take_back_overdue(void)
 {
-	if (!transactional && outbox_kafka_deadline_passed())
-		(void) rd_kafka_purge(producer, RD_KAFKA_PURGE_F_QUEUE |
-											RD_KAFKA_PURGE_F_INFLIGHT);
+	if (transactional || !outbox_kafka_deadline_passed())
+		return;
+	(void) rd_kafka_purge(producer,
+						  RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(producer, 0);
 }
 
 /*

@@ -207,6 +207,7 @@ extern void relay_flight_drop_all(bool handed_too);
 extern void relay_flight_admit(RelayBatch *batch);
 extern int relay_flight_room(const RelaySettings *settings,
 							 const RelayBatch *reading);
+extern bool relay_flight_failed_uncut(void);
 extern bool relay_flight_empty(void);
 extern bool relay_flight_idle(void);
 extern bool relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now);
