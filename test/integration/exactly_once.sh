@@ -103,7 +103,7 @@ commit_unrecorded() {
 # aborts its Kafka transaction, and the younger messages with it.
 t_eos_timeout_gap_order() {
     eos_ready
-    timeout_gap it.eos.timeout_gap
+    timeout_gap it.eos.timeout_gap 4
     set_delivery at_least_once
 }
 
