@@ -607,18 +607,15 @@ outbox_kafka_fatal(void)
 }
 
 /*
- * outbox_kafka_fenced: whether the producer's fatal error is that another
- * producer with its transactional.id took over.
+ * outbox_kafka_fenced: whether the producer's fatal error is a fence, and
+ * whose (outbox_kafka_txn_fence).
  */
-bool
+KafkaFence
 outbox_kafka_fenced(void)
 {
-	rd_kafka_resp_err_t cause;
-
 	if (producer == NULL || !fatal_error)
-		return false;
-	cause = rd_kafka_fatal_error(producer, NULL, 0);
-	return outbox_kafka_fence(cause);
+		return KAFKA_NOT_FENCED;
+	return outbox_kafka_txn_fence(rd_kafka_fatal_error(producer, NULL, 0));
 }
 
 /*

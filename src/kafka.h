@@ -84,6 +84,14 @@ typedef enum KafkaTxnResult
  * What the cluster refused the relay's principal at the latest step of
  * kafka_txn.c, if that step failed for want of an ACL.
  */
+/* Whose doing a producer's fatal error is, if it is a fence. */
+typedef enum KafkaFence
+{
+	KAFKA_NOT_FENCED,     /* no fatal error, or not a fence */
+	KAFKA_FENCE_OUTLIVED, /* its own transaction outlived its timeout */
+	KAFKA_FENCED_BY_OTHER /* another producer of its transactional.id */
+} KafkaFence;
+
 typedef enum KafkaTxnRefusal
 {
 	KAFKA_TXN_ALLOWED,                 /* no authorization error */
@@ -115,7 +123,7 @@ extern uint64 outbox_kafka_acked_seq(void);
 extern uint64 outbox_kafka_failures(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
-extern bool outbox_kafka_fenced(void);
+extern KafkaFence outbox_kafka_fenced(void);
 extern bool outbox_kafka_fence(int err);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
@@ -159,7 +167,7 @@ extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,
 											size_t size);
 extern KafkaTxnResult outbox_kafka_txn_begin(char *why, size_t size);
 extern bool outbox_kafka_txn_open(void);
-extern bool outbox_kafka_txn_outlived(void);
+extern KafkaFence outbox_kafka_txn_fence(int cause);
 
 /* Why a producer whose transaction outlived its timeout was fenced. */
 #define OUTBOX_TXN_OUTLIVED                                                   \

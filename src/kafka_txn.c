@@ -120,11 +120,11 @@ outbox_kafka_txn_open(void)
 #define OUTLIVED_SLACK_MS 30000
 
 /*
- * outbox_kafka_txn_outlived: whether a fence now may come from this
- * producer's own transaction outliving transaction.timeout.ms, not from
- * another producer of its transactional.id: the open transaction is older
- * than that, or one that was ended within the last timeout plus
- * OUTLIVED_SLACK_MS.  Its coordinator may then have aborted it and bumped
+ * outbox_kafka_txn_fence: whether the fatal error cause is a fence and, if
+ * so, whether it may come from this producer's own transaction outliving
+ * transaction.timeout.ms rather than from another producer of its
+ * transactional.id: the open transaction is older than that, or one that
+ * was ended within the last timeout plus OUTLIVED_SLACK_MS.  Its coordinator may then have aborted it and bumped
  * the producer's epoch, which librdkafka reports as a fence, even to a
  * transaction begun after the relay's own abort (the two aborts race once
  * Kafka is reachable again).  Another relay of the same id fences one
@@ -132,34 +132,45 @@ outbox_kafka_txn_open(void)
  * fenced by another never starts again on its own, and the other is
  * fenced at most once in turn.
  */
-bool
-outbox_kafka_txn_outlived(void)
+KafkaFence
+outbox_kafka_txn_fence(int cause)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int timeout_ms = transaction_timeout_ms();
 
-	if (timeout_ms <= 0)
-		return false;
-	return now < outlived_until ||
-		   (outbox_kafka_txn_open() &&
-			TimestampDifferenceExceeds(opened_at, now, timeout_ms));
+	if (!outbox_kafka_fence(cause))
+		return KAFKA_NOT_FENCED;
+	if (timeout_ms > 0 &&
+		(now < outlived_until ||
+		 (outbox_kafka_txn_open() &&
+		  TimestampDifferenceExceeds(opened_at, now, timeout_ms))))
+		return KAFKA_FENCE_OUTLIVED;
+	return KAFKA_FENCED_BY_OTHER;
 }
 
 /*
- * transaction_timeout_ms: the producer's transaction.timeout.ms, or 0.
+ * transaction_timeout_ms: the producer's transaction.timeout.ms, or 0;
+ * read once per producer, not on every commit.
  */
 static int
 transaction_timeout_ms(void)
 {
+	static uint64 read_for = 0; /* the producer's generation, once read */
+	static int timeout_ms = 0;
 	rd_kafka_t *producer = outbox_kafka_producer();
 	char value[32];
 	size_t size = sizeof(value);
 
-	if (producer == NULL ||
-		rd_kafka_conf_get(rd_kafka_conf(producer), "transaction.timeout.ms",
-						  value, &size) != RD_KAFKA_CONF_OK)
+	if (producer == NULL)
 		return 0;
-	return atoi(value);
+	if (read_for == outbox_kafka_generation())
+		return timeout_ms;
+	timeout_ms = 0;
+	if (rd_kafka_conf_get(rd_kafka_conf(producer), "transaction.timeout.ms",
+						  value, &size) == RD_KAFKA_CONF_OK)
+		timeout_ms = atoi(value);
+	read_for = outbox_kafka_generation();
+	return timeout_ms;
 }
 
 /*
@@ -489,17 +500,17 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 	{
 		rd_kafka_resp_err_t cause =
 			rd_kafka_fatal_error(outbox_kafka_producer(), NULL, 0);
+		KafkaFence fence;
 
 		if (refusal == KAFKA_TXN_ALLOWED)
 			refusal = refusal_of(cause);
 
-		result = outbox_kafka_fence(cause) ? KAFKA_TXN_FENCED : KAFKA_TXN_FAILED;
+		fence = outbox_kafka_txn_fence(cause);
+		result = fence == KAFKA_FENCED_BY_OTHER ? KAFKA_TXN_FENCED
+												: KAFKA_TXN_FAILED;
 		/* librdkafka's words would name a newer instance: there is none. */
-		if (result == KAFKA_TXN_FENCED && outbox_kafka_txn_outlived())
-		{
+		if (fence == KAFKA_FENCE_OUTLIVED)
 			strlcpy(why, OUTBOX_TXN_OUTLIVED, size);
-			result = KAFKA_TXN_FAILED;
-		}
 	}
 	else if (rd_kafka_error_txn_requires_abort(error))
 		result = KAFKA_TXN_ABORT;

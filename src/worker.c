@@ -598,14 +598,15 @@ load_sender_step(void *arg)
 static void
 tend_producer(TimestampTz now)
 {
-	if (outbox_kafka_running() && outbox_kafka_fenced() &&
-		outbox_kafka_txn_outlived())
+	KafkaFence fence = outbox_kafka_fenced();
+
+	if (fence == KAFKA_FENCE_OUTLIVED)
 		ereport(LOG, (errmsg("outbox relay: making a new Kafka producer"),
 					  errdetail("The producer failed: %s. None of the "
 								"transaction's events was committed: they are "
 								"sent again.",
 								OUTBOX_TXN_OUTLIVED)));
-	else if (outbox_kafka_running() && outbox_kafka_fenced())
+	else if (fence == KAFKA_FENCED_BY_OTHER)
 		halt_producer(
 			"this relay's producer was fenced: another relay took over its transactional.id");
 	else if (outbox_kafka_running() && relay_eos_halted() != NULL)
