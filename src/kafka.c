@@ -607,18 +607,6 @@ outbox_kafka_fatal(void)
 }
 
 /*
- * outbox_kafka_fenced: whether the producer's fatal error is a fence, and
- * whose (outbox_kafka_txn_fence).
- */
-KafkaFence
-outbox_kafka_fenced(void)
-{
-	if (producer == NULL || !fatal_error)
-		return KAFKA_NOT_FENCED;
-	return outbox_kafka_txn_fence(rd_kafka_fatal_error(producer, NULL, 0));
-}
-
-/*
  * outbox_kafka_fence: whether err is the coordinator's word that the
  * producer's epoch is no longer current (another producer of its
  * transactional.id, or its own transaction's timeout, bumped it).

@@ -123,7 +123,6 @@ extern uint64 outbox_kafka_acked_seq(void);
 extern uint64 outbox_kafka_failures(void);
 extern int outbox_kafka_wake_fd(void);
 extern bool outbox_kafka_fatal(void);
-extern KafkaFence outbox_kafka_fenced(void);
 extern bool outbox_kafka_fence(int err);
 extern bool outbox_kafka_topic_refused(const char *topic, char *text,
 									   size_t size);
@@ -167,7 +166,7 @@ extern KafkaTxnResult outbox_kafka_txn_init(int timeout_ms, char *why,
 											size_t size);
 extern KafkaTxnResult outbox_kafka_txn_begin(char *why, size_t size);
 extern bool outbox_kafka_txn_open(void);
-extern KafkaFence outbox_kafka_txn_fence(int cause);
+extern KafkaFence outbox_kafka_txn_fenced(void);
 
 /* Why a producer whose transaction outlived its timeout was fenced. */
 #define OUTBOX_TXN_OUTLIVED                                                   \

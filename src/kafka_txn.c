@@ -55,6 +55,7 @@ static KafkaTxnResult read_last(rd_kafka_t *consumer, const char *topic,
 static void keep_if_marked(const rd_kafka_message_t *msg,
 						   const char *const *marks, char **value, int *others);
 static int remaining_ms(TimestampTz deadline);
+static KafkaFence fence_of(int cause);
 static KafkaTxnRefusal refusal_of(rd_kafka_resp_err_t err);
 
 /*
@@ -120,7 +121,21 @@ outbox_kafka_txn_open(void)
 #define OUTLIVED_SLACK_MS 30000
 
 /*
- * outbox_kafka_txn_fence: whether the fatal error cause is a fence and, if
+ * outbox_kafka_txn_fenced: whether the producer's fatal error is a fence,
+ * and whose (fence_of).
+ */
+KafkaFence
+outbox_kafka_txn_fenced(void)
+{
+	rd_kafka_t *producer = outbox_kafka_producer();
+
+	if (producer == NULL || !outbox_kafka_fatal())
+		return KAFKA_NOT_FENCED;
+	return fence_of(rd_kafka_fatal_error(producer, NULL, 0));
+}
+
+/*
+ * fence_of: whether the fatal error cause is a fence and, if
  * so, whether it may come from this producer's own transaction outliving
  * transaction.timeout.ms rather than from another producer of its
  * transactional.id: the open transaction is older than that, or one that
@@ -132,8 +147,8 @@ outbox_kafka_txn_open(void)
  * fenced by another never starts again on its own, and the other is
  * fenced at most once in turn.
  */
-KafkaFence
-outbox_kafka_txn_fence(int cause)
+static KafkaFence
+fence_of(int cause)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int timeout_ms = transaction_timeout_ms();
@@ -505,7 +520,7 @@ outcome(rd_kafka_error_t *error, char *why, size_t size)
 		if (refusal == KAFKA_TXN_ALLOWED)
 			refusal = refusal_of(cause);
 
-		fence = outbox_kafka_txn_fence(cause);
+		fence = fence_of(cause);
 		result = fence == KAFKA_FENCED_BY_OTHER ? KAFKA_TXN_FENCED
 												: KAFKA_TXN_FAILED;
 		/* librdkafka's words would name a newer instance: there is none. */

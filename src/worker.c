@@ -598,7 +598,7 @@ load_sender_step(void *arg)
 static void
 tend_producer(TimestampTz now)
 {
-	KafkaFence fence = outbox_kafka_fenced();
+	KafkaFence fence = outbox_kafka_txn_fenced();
 
 	if (fence == KAFKA_FENCE_OUTLIVED)
 		ereport(LOG, (errmsg("outbox relay: making a new Kafka producer"),
