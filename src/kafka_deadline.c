@@ -112,12 +112,16 @@ bool
 outbox_kafka_deadline_passed(void)
 {
 	TimestampTz due = outbox_kafka_deadline();
+	TimestampTz now;
 	TimestampTz cutoff;
 	dlist_iter iter;
 
-	if (due == 0 || due > GetCurrentTimestamp())
+	if (due == 0)
 		return false;
-	cutoff = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), -timeout_ms);
+	now = GetCurrentTimestamp();
+	if (due > now)
+		return false;
+	cutoff = TimestampTzPlusMilliseconds(now, -timeout_ms);
 	dlist_foreach(iter, &unanswered)
 	{
 		OutboxMessage *msg =
