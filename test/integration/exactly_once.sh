@@ -13,11 +13,25 @@ set_delivery() {
         || fail "the reload of outbox.delivery = $1 was not logged"
 }
 
+# set_exactly_once: exactly_once, once the relay has taken it.  The
+# postmaster logs the reload before the relay takes it; the transactional
+# producer's start writes a new proof into outbox.relay_cursor (sender.c).
+# Without this wait, an event enqueued next could go out through the old
+# producer, and the new one start later, while a test holds the cursor.
+set_exactly_once() {
+    local proof
+    proof=$(sql "SELECT coalesce(proof, '') FROM outbox.relay_cursor")
+    set_delivery exactly_once
+    wait_until 60 "SELECT coalesce(proof, '') <> '$proof' FROM outbox.relay_cursor" && return 0
+    fail "exactly_once: no transactional producer started within 60 s: $(relay_state)"
+    return 1
+}
+
 # eos_ready: exactly_once, and a round trip through it: an event sent and
 # recorded, so that init_transactions and the progress topic are behind.
 eos_ready() {
     local topic=it.eos.ready
-    set_delivery exactly_once
+    set_exactly_once
     sql "SELECT outbox.enqueue('T', 'ready-' || clock_timestamp(), '{}', topic => '$topic')" >/dev/null
     wait_until 60 "SELECT count(*) = 0 FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'" \
         || fail "exactly_once: the relay did not send within 60 s: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"
@@ -44,12 +58,13 @@ progress_key() {
 }
 
 # progress_of: the latest committed progress record of this database's
-# relay.
+# relay that moved its first sends (has a "to").  A round of retries only
+# records no place, and under load one may come last.
 progress_of() {
     local id
     id=$(progress_key)
     "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
-        | awk -v id="$id" -F'\t' '$4 == id { v = $6 } END { print v }'
+        | awk -v id="$id" -F'\t' '$4 == id && $6 ~ /; to / { v = $6 } END { print v }'
 }
 
 # 3,000 events over 30 keys, sent 250 at a time (12 transactions at
@@ -79,8 +94,14 @@ t_eos_delivery() {
 # while an application holds the row of outbox.relay_cursor (so the relay
 # cannot record them), then the relay SIGKILLed (the server restarts).
 # The consumer's read after the restart is left in $IT_TMP/TOPIC.tsv.
+# The row is taken only once the relay's window is closed: an event counts
+# as sent once its place in the window is recorded, but the window's end
+# is recorded after it, and in exactly_once nothing more is sent until
+# then, so a lock taken in between would hold the 200 events back.
 commit_unrecorded() {
     local topic=$2 out=$IT_TMP/$2.tsv n=200 pid locker
+    wait_until 30 "SELECT window_snapshot IS NULL FROM outbox.relay_cursor" \
+        || fail "$1: the relay's window was not closed in 30 s"
     "$PGBIN/psql" -X -q -d "$IT_DB" -c "BEGIN; SELECT 1 FROM outbox.relay_cursor FOR UPDATE; SELECT pg_sleep(120)" \
         >/dev/null 2>&1 &
     locker=$!
@@ -89,7 +110,8 @@ commit_unrecorded() {
         || fail "$1: the application did not take the cursor's row"
     sql "SELECT count(outbox.enqueue('T', '$topic-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 7))
          FROM generate_series(1, $n) i" >/dev/null
-    consume $topic $n 30000 >"$out" || fail "$1: the $n events did not reach Kafka while the cursor was held ($(wc -l <"$out"))"
+    consume $topic $n 30000 >"$out" \
+        || fail "$1: the $n events did not reach Kafka while the cursor was held ($(wc -l <"$out"); relay: $(relay_state); events: $(sql "SELECT string_agg(status || ' ' || c, ', ') FROM (SELECT status, count(*) c FROM outbox.events WHERE topic = '$topic' GROUP BY 1) x"))"
     expect "$1: events recorded sent while the cursor was held" \
         "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
     pid=$(relay_pid)
@@ -251,7 +273,7 @@ t_eos_cluster_killed() {
     local topic=it.eos.cluster out=$IT_TMP/eos_cluster.tsv pids=() leader part coordinator
     kcluster_setup "$IT_TMP/keos" 3 && kcluster_start || { fail "the Kafka cluster did not start"; kcluster_stop; return; }
     set_setting outbox.kafka_brokers "$KCLUSTER_BROKERS"
-    set_delivery exactly_once
+    set_exactly_once
     sql "SELECT outbox.enqueue('T', 'eos-cluster-first', '{}', topic => '$topic', msg_key => 'first')" >/dev/null
     wait_until 90 "$(all_sent $topic 1)" || { fail "nothing reached the cluster: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"; eos_cluster_end; return; }
     cluster_writers $topic eos-cluster 600
@@ -351,7 +373,7 @@ eos_fencing_end() {
 mock_eos_ready() {
     mock create "$1" 1
     mock create outbox_progress 1
-    set_delivery exactly_once
+    set_exactly_once
     enqueue "$1" 1 "$1"
     wait_until 30 "$(all_sent "$1" 1)" && return 0
     fail "exactly_once on the mock broker sent nothing: $(relay_state)"
