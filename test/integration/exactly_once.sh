@@ -429,8 +429,9 @@ t_eos_fence_outlived() {
     pid=$(relay_pid)
     mock_eos_commits_answered $topic 100000 51 # CONCURRENT_TRANSACTIONS
     sleep 3
-    mock clear 26
-    mock request-errors 26 1 47 # INVALID_PRODUCER_EPOCH
+    # In one step: a commit retried between a clear and the next error
+    # would go through, and nothing would fence.
+    mock replace-errors 26 1 47 # INVALID_PRODUCER_EPOCH
     fence_outlived_said
     arrive_once $topic 10 "$MOCK_BROKERS"
 

@@ -14,6 +14,9 @@
  *		produce-errors COUNT CODE        the same for Produce (APIKEY 0)
  *		clear [APIKEY]                   forget pending request errors, of
  *		                                 one type or of every type
+ *		replace-errors APIKEY COUNT CODE clear APIKEY and request-errors in
+ *		                                 one step: no request of the type
+ *		                                 meets neither set of errors
  *		broker-errors APIKEY COUNT CODE  as request-errors, on the broker's
  *		                                 own stack, which can be counted:
  *		broker-errors-left APIKEY        answers "ok N": how many of them
@@ -84,6 +87,12 @@ apply(rd_kafka_mock_cluster_t *mc, char *line)
 	else if (sscanf(line, "request-errors %ld %ld %ld", &a, &b, &c) == 3 &&
 			 a >= 0 && a < API_KEY_LIMIT && b > 0)
 		push_errors(mc, a, b, c);
+	else if (sscanf(line, "replace-errors %ld %ld %ld", &a, &b, &c) == 3 &&
+			 a >= 0 && a < API_KEY_LIMIT && b > 0)
+	{
+		rd_kafka_mock_clear_request_errors(mc, (int16_t) a);
+		push_errors(mc, a, b, c);
+	}
 	else if (sscanf(line, "broker-errors-left %ld", &a) == 1 &&
 			 a >= 0 && a < API_KEY_LIMIT)
 	{
