@@ -81,6 +81,8 @@ acl_setup() {
     acl_broker || { fail "the broker did not start"; return 1; }
     kafka_tool TopicCommand --create --topic "$2" --partitions 3 --replication-factor 1 &
     pids+=($!)
+    kafka_tool TopicCommand --create --topic "${ACL_TOPIC_PREFIX}probe" --partitions 1 --replication-factor 1 &
+    pids+=($!)
     [ "$1" = at_least_once ] ||
         kafka_tool TopicCommand --create --topic outbox_progress --partitions 1 --replication-factor 1 \
             --config cleanup.policy=compact &
@@ -157,11 +159,31 @@ acl_topic_refused() {
         "$(sql "SELECT string_agg(attempts::text, ' ') FROM outbox.events WHERE biz_key LIKE 'fault-$prefix-%'")" "3 3 3"
     log_shows "event [0-9]+ is dead after 3 failed attempts: .*Topic authorization failed"
     acl add --operation Write --topic "$ACL_TOPIC_PREFIX" --resource-pattern-type prefixed
+    acl_write_effective
     # At once: the replay has the relay ask the cluster again, rather than
     # refuse the topic's events for what is left of the 5 s it trusts a
     # refusal (each refusal an attempt, three and they are dead again).
     expect "events replayed" "$(replay "$topic")" 3
     acl_all_sent "$topic"
+}
+
+# acl_write_effective: wait until the broker lets the relay's principal
+# write to the topics again.  AclCommand returns once the controller took
+# the ACL; the broker's authorizer applies it a moment later, and under
+# load a replay within that moment could be refused its three attempts
+# (100 ms apart here) and die again, as in CI.  A probe topic under the same prefix takes
+# the probes, so that the topic checked holds only events.
+acl_write_effective() {
+    local _ out
+    for _ in $(seq 1 60); do
+        # kcat's exit status and its word: a refused message is said.
+        out=$(echo probe | kcat -P -b "$ACL_RELAY_BROKERS" -t "${ACL_TOPIC_PREFIX}probe" \
+            -X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN \
+            -X sasl.username="$IT_ACL_USER" -X sasl.password="$IT_ACL_PASSWORD" \
+            -X message.timeout.ms=2000 2>&1) && ! grep -qi "fail\|error" <<<"$out" && return 0
+        sleep 0.5
+    done
+    fail "the relay's principal still may not write to ${ACL_TOPIC_PREFIX}probe 30 s after the ACL was given back"
 }
 
 # acl_delivered TOPIC: a read_committed consumer (the super user) got
