@@ -296,6 +296,28 @@ relay_eos_may_read(void)
 }
 
 /*
+ * relay_eos_reads_more: whether the round may read another batch of first
+ * sends into its transaction.  A Kafka transaction costs about the same
+ * whatever it holds (its begin, the progress record, the commit's round
+ * trips to the coordinator), so a backlog fills it: up to the batches a
+ * round keeps, and the flight's room (outbox.max_in_flight_events and
+ * _size: relay_first_sends_read reads nothing once it is full).
+ */
+bool
+relay_eos_reads_more(void)
+{
+	int n = 0;
+
+	if (!active || state != EOS_READING)
+		return false;
+	for (RelayBatch *b = relay_flight_head(); b != NULL;
+		 b = relay_flight_next(b))
+		n++;
+	/* One slot of MAX_BATCHES is the retries'. */
+	return n < MAX_BATCHES - 1;
+}
+
+/*
  * relay_eos_reads_done: the round's reads are over: a transaction that
  * sent nothing ends here (librdkafka commits it without a round trip).
  */
@@ -564,7 +586,8 @@ finish(TimestampTz now)
 
 /*
  * in_flight: the batches the round sent (at most MAX_BATCHES: a round
- * reads one batch of retries and one of first sends).
+ * reads one batch of retries and the rest are first sends, see
+ * relay_eos_reads_more).
  */
 static int
 in_flight(RelayBatch **out)

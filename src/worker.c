@@ -133,6 +133,7 @@ static void stop_producer_now(void);
 static void round_step(void *arg);
 static void settle(Round *round, TimestampTz now);
 static void read_more(Round *round, TimestampTz now);
+static RelayRead read_first_sends(int *taken);
 static bool read_paused(RelayRead read, bool was);
 static void housekeeping(TimestampTz now);
 static void leave_if_absent(TimestampTz now);
@@ -786,7 +787,7 @@ read_more(Round *round, TimestampTz now)
 		(read_wanted ||
 		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
 	{
-		read = relay_first_sends_read(&taken);
+		read = read_first_sends(&taken);
 		read_gap_ms = gap_for(read, taken, now);
 		read_at = now;
 		/* After the window's end, only a commit brings more. */
@@ -798,6 +799,26 @@ read_more(Round *round, TimestampTz now)
 	}
 	relay_eos_reads_done();
 	round->paused = paused;
+}
+
+/*
+ * read_first_sends: the next batch of first sends; in exactly_once, while
+ * more is committed than a batch holds, the next ones too, into the same
+ * Kafka transaction (relay_eos_reads_more).  *taken counts them all.
+ */
+static RelayRead
+read_first_sends(int *taken)
+{
+	RelayRead read = relay_first_sends_read(taken);
+
+	while (read == READ_SOME && relay_eos_reads_more())
+	{
+		int more;
+
+		read = relay_first_sends_read(&more);
+		*taken += more;
+	}
+	return read;
 }
 
 /*
