@@ -57,23 +57,26 @@ progress_key() {
            FROM pg_control_system()"
 }
 
-# progress_of: the latest committed progress record of this database's
-# relay that moved its first sends (has a "to").  A round of retries only
-# records no place, and under load one may come last.
-progress_of() {
+# progress_records: the values of the progress records this database's
+# relay has committed, one a line, oldest first.
+progress_records() {
     local id
     id=$(progress_key)
     "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
-        | awk -v id="$id" -F'\t' '$4 == id && $6 ~ /; to / { v = $6 } END { print v }'
+        | awk -v id="$id" -F'\t' '$4 == id { print $6 }'
 }
 
-# progress_count: how many progress records this database's relay has
-# committed, one per Kafka transaction that sent anything.
+# progress_of: the latest of them that moved its first sends (has a
+# "to").  A round of retries only records no place, and under load one
+# may come last.
+progress_of() {
+    progress_records | grep '; to ' | tail -n 1
+}
+
+# progress_count: how many there are, one per Kafka transaction that sent
+# anything.
 progress_count() {
-    local id
-    id=$(progress_key)
-    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t outbox_progress -T 10000 -i 2000 2>/dev/null \
-        | awk -v id="$id" -F'\t' '$4 == id { n++ } END { print n + 0 }'
+    progress_records | wc -l
 }
 
 # 3,000 events over 30 keys, read 250 at a time: each reaches a
