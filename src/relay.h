@@ -260,6 +260,7 @@ extern bool relay_guarded(RelayStep step, void *arg, const char *what);
 extern void relay_eos_restart(bool transactional);
 extern bool relay_eos_tend(TimestampTz now, bool *unreachable);
 extern bool relay_eos_may_read(void);
+extern TimestampTz relay_eos_begin_at(void);
 extern bool relay_eos_reads_more(void);
 extern void relay_eos_reads_done(void);
 extern void relay_eos_abandon(void);

@@ -931,9 +931,9 @@ after_round(const Round *round, TimestampTz now)
 /*
  * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
  * a deadline: none after a round that worked, else until the next
- * handover, record of answered batches, backoff, read held back
- * (gap_for), message given up on (kafka_deadline.c) or
- * outbox.poll_interval.
+ * handover, record of answered batches, backoff, Kafka transaction's
+ * begin (relay_eos_begin_at), read held back (gap_for), message given up
+ * on (kafka_deadline.c) or outbox.poll_interval.
  */
 static int
 wait_ms(const Round *round, TimestampTz now)
@@ -954,6 +954,8 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, record);
 	if (reads_at > now)
 		until = Min(until, reads_at);
+	if (relay_eos_begin_at() > now)
+		until = Min(until, relay_eos_begin_at());
 	if (gap_end != 0)
 		until = Min(until, gap_end);
 	if (remake_at > now)
