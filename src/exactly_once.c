@@ -897,6 +897,7 @@ queue_progress(void)
 	progress_msg.key_len = strlen(progress_msg.key);
 	progress_msg.value = progress_text();
 	progress_msg.value_len = strlen(progress_msg.value);
+	progress_msg.progress = true;
 	MemoryContextSwitchTo(old);
 	switch (outbox_kafka_send(&progress_msg))
 	{

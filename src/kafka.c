@@ -538,9 +538,12 @@ outbox_kafka_failures(void)
 }
 
 /*
- * outbox_kafka_acked_seq: the seq of the latest queued message Kafka has
+ * outbox_kafka_acked_seq: the seq of the latest queued event Kafka has
  * acknowledged (0 if none): a message queued before it and still
- * unanswered waits for something other than Kafka's pace.
+ * unanswered waits for something other than Kafka's pace.  A progress
+ * record is left out: sent with a round's events, it is often answered
+ * before an event whose topic is new to the cluster, and such an event
+ * would be taken for stuck (flight.c).
  */
 uint64
 outbox_kafka_acked_seq(void)
@@ -1041,7 +1044,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
 		broker_state = "up";
 		latest_problem[0] = '\0';
 		last_ack_at = GetCurrentTimestamp();
-		acked_seq = Max(acked_seq, msg->seq);
+		if (!msg->progress)
+			acked_seq = Max(acked_seq, msg->seq);
 	}
 	msg->done = true;
 	msg->error = err;

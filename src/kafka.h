@@ -41,6 +41,13 @@ typedef struct OutboxMessage
 	const char *header_names[OUTBOX_MAX_HEADERS];
 	const char *header_values[OUTBOX_MAX_HEADERS];
 
+	/*
+	 * The relay's own progress record (exactly_once.c), not an event: its
+	 * answer tells nothing of the events' partitions, and does not count
+	 * as a later message acknowledged (outbox_kafka_acked_seq).
+	 */
+	bool progress;
+
 	bool queued; /* handed to librdkafka: a delivery report will come */
 	uint64 seq;  /* when queued: how many were queued before, plus one */
 	TimestampTz queued_at; /* when, while kafka_deadline.c watches it */

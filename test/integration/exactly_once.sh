@@ -578,3 +578,27 @@ t_reload_undone() {
         || fail "the relay stopped sending after the reload was undone: $(sql "SELECT status || ' ' || count(*) FROM outbox.events WHERE topic = '$topic' GROUP BY status")"
     set_delivery at_least_once
 }
+
+# A topic whose leader is not there yet (Metadata answers
+# LEADER_NOT_AVAILABLE, as while the cluster creates a topic on first use)
+# in a Kafka transaction of its own: the progress record, sent with the
+# events and answered at once, is no sign that they are stuck.  The
+# transaction waits for the topic instead of being aborted, and its events
+# go once, none with a failed attempt.
+t_eos_leaderless_topic_waits() {
+    local topic=mock.eos.leaderless
+    skip_case "$(mock_topic_errors_crash)" && return
+    mock_eos_ready mock.eos.leaderless.ready || return
+    mock create $topic 1
+    mock topic-error $topic 5
+    LOG_MARK=$(log_mark)
+    enqueue $topic 10 lt
+    sleep 3
+    expect "leaderless topic: sent while it had no leader" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
+    mock topic-error $topic 0
+    arrive_once $topic 10 "$MOCK_BROKERS"
+    expect "leaderless topic: events with a failed attempt" \
+        "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND attempts > 0")" 0
+    expect "leaderless topic: said stuck" "$(log_since "$LOG_MARK" | grep -c "topic \"$topic\" are stuck")" 0
+    set_delivery at_least_once
+}
