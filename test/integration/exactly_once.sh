@@ -89,6 +89,7 @@ progress_count() {
 t_eos_delivery() {
     local topic=it.eos.delivery out=$IT_TMP/eos_delivery.tsv n=3000 record cursor records
     set_batch_size 250
+    topic_ready $topic || return
     eos_ready
     records=$(progress_count)
     sql "SELECT count(outbox.enqueue('T', 'd-' || i, jsonb_build_object('i', i), topic => '$topic', msg_key => 'k' || i % 30))
@@ -120,6 +121,7 @@ t_eos_delivery() {
 # then, so a lock taken in between would hold the 200 events back.
 commit_unrecorded() {
     local topic=$2 out=$IT_TMP/$2.tsv n=200 pid locker
+    topic_ready "$topic" || return
     wait_until 30 "SELECT window_snapshot IS NULL FROM outbox.relay_cursor" \
         || fail "$1: the relay's window was not closed in 30 s"
     "$PGBIN/psql" -X -q -d "$IT_DB" -c "BEGIN; SELECT 1 FROM outbox.relay_cursor FOR UPDATE; SELECT pg_sleep(120)" \

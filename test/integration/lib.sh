@@ -97,6 +97,23 @@ relay_pid() {
     sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'" 2>/dev/null
 }
 
+# topic_ready TOPIC: ask for TOPIC's metadata (the broker creates a topic
+# on first use) until every partition of it has a leader, up to 30 s.  A
+# case about something else then does not race the topic's creation: the
+# first answer is "unknown topic", and a creation that takes longer than
+# the relay's second (flight.c, HANDOVER_MS), as under CI's load, has the
+# first round to the topic taken for stuck (in exactly_once, aborted).
+topic_ready() {
+    local deadline=$((SECONDS + 30)) out
+    while [ $SECONDS -lt $deadline ]; do
+        out=$(kcat -b "$IT_BROKERS" -L -t "$1" -m 5 2>/dev/null)
+        grep -q "with [1-9][0-9]* partitions" <<<"$out" && ! grep -q "leader -1" <<<"$out" && return 0
+        sleep 0.2
+    done
+    fail "topic $1: a partition without a leader after 30 s"
+    return 1
+}
+
 # set_setting NAME VALUE: ALTER SYSTEM and reload.
 set_setting() {
     sql "ALTER SYSTEM SET $1 = '$2'" && sql "SELECT pg_reload_conf()" >/dev/null
