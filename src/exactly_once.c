@@ -283,15 +283,16 @@ relay_eos_may_read(void)
 {
 	char why[256];
 	KafkaTxnResult result;
+	TimestampTz now;
 
 	if (!active || state == EOS_READING)
 		return true;
 	if (state != EOS_IDLE || !relay_flight_empty())
 		return false;
-	if (GetCurrentTimestamp() < begin_at)
+	now = GetCurrentTimestamp();
+	if (now < begin_at)
 		return false; /* the loop waits until then (relay_eos_begin_at) */
-	if (progress_refused_until != 0 &&
-		GetCurrentTimestamp() < progress_refused_until)
+	if (progress_refused_until != 0 && now < progress_refused_until)
 	{
 		/* Over librdkafka's words, which do not name the topic. */
 		outbox_status_error(progress_refused_text);
