@@ -293,6 +293,16 @@ relay_flight_idle(void)
 }
 
 /*
+ * relay_flight_young: whether batch was sent less than HANDOVER_MS ago,
+ * too soon to call its unanswered events stuck.
+ */
+bool
+relay_flight_young(const RelayBatch *batch, TimestampTz now)
+{
+	return !TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
+}
+
+/*
  * relay_flight_may_hand_over: whether batch's unanswered events are stuck
  * rather than slow: it waited HANDOVER_MS, and Kafka acknowledged a
  * message sent after the first of them, or the cluster reports that the
@@ -305,7 +315,7 @@ relay_flight_idle(void)
 bool
 relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 {
-	if (!TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS))
+	if (relay_flight_young(batch, now))
 		return false;
 	return later_acked(batch) || first_waiting_missing(batch);
 }
@@ -340,7 +350,7 @@ relay_flight_round_stuck(const RelayBatch *batch, uint64 round_seq,
 {
 	char reported[256];
 
-	if (!TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS))
+	if (relay_flight_young(batch, now))
 		return false;
 	if (outbox_kafka_acked_seq() > round_seq &&
 		TimestampDifferenceExceeds(outbox_kafka_last_ack(), now, HANDOVER_MS))

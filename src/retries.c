@@ -104,6 +104,26 @@ relay_retries_alone(void)
 }
 
 /*
+ * relay_retries_first: whether first sends wait for the batch of retries
+ * in flight, sent less than HANDOVER_MS ago.  Read meanwhile, they would
+ * hold a busy key's new events behind its retried ones, the retry step
+ * would send those in its next batch while first sends held more, and so
+ * on for as long as the key is written: after a burst of refusals, a
+ * whole backlog went through outbox.event_state that way, written twice.
+ * Once these are answered, first sends find their keys free.  Not longer
+ * than HANDOVER_MS: a batch of retries stuck on one topic must not stall
+ * the others.
+ */
+bool
+relay_retries_first(TimestampTz now)
+{
+	RelayBatch *batch = relay_flight_retry();
+
+	return batch != NULL && batch != reading &&
+		   !relay_batch_all_answered(batch) && relay_flight_young(batch, now);
+}
+
+/*
  * relay_retries_settle: record the batch of retries once Kafka answered
  * for it (or hand its stuck stragglers over).  True if anything was
  * recorded; *unreachable if every event sent failed for the broker's sake.

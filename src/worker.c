@@ -777,13 +777,22 @@ read_more(Round *round, TimestampTz now)
 	{
 		read = relay_retries_read();
 		round->worked |= read == READ_SOME;
-		retries_at = TimestampTzPlusMilliseconds(
-			now, Min(outbox_backoff_min, outbox_poll_interval));
+		/*
+		 * Paused, asked again each round (commits do not wake the relay
+		 * then): the round after resume() sends due retries before first
+		 * sends hold their keys' new events.
+		 */
+		if (read != READ_PAUSED)
+			retries_at = TimestampTzPlusMilliseconds(
+				now, Min(outbox_backoff_min, outbox_poll_interval));
 		paused = read_paused(read, paused);
 	}
-	/* A refused event retried alone: first sends wait a round for it. */
+	/*
+	 * A refused event retried alone: first sends wait a round for it; any
+	 * batch of retries: until it is answered (relay_retries_first).
+	 */
 	if (read != READ_PAUSED && !(read == READ_SOME && relay_retries_alone()) &&
-		read_gap_end(now) == 0 &&
+		!relay_retries_first(now) && read_gap_end(now) == 0 &&
 		(read_wanted ||
 		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
 	{

@@ -197,6 +197,56 @@ t_refused_batch_neighbours() {
     expect "dead events" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = 'it.refused.neighbours' AND status = 'dead'")" 1
 }
 
+# A key's later events are held while an earlier one waits for a retry,
+# and sent by the retry step.  First sends must not go on holding a busy
+# key's new events behind the retry step's own, batch after batch (held,
+# recorded, sent again, while the next batch holds more): once nothing
+# waits for a backoff, keys go back to first sends at once.  Under 800
+# events/s over 20 keys, Kafka refuses every record of the topic for a
+# moment (max.message.bytes 128); the relay is paused while the limit is
+# lifted, and resumed on a backlog of 3 batches with the refused events
+# due.  Of the events enqueued from the pause to 4 s after the resume,
+# none goes through the retry step.  Before, every batch of the backlog
+# was held whole (1,800 and 2,900 of 6,000 events here), and under load
+# the chain went on while the writers did: in a chaos run, 70,000 of
+# 94,000 events went through outbox.event_state.
+t_held_chain_ends() {
+    local topic=it.held.chain script=$IT_TMP/chain.pgbench writer from to held total
+    sql "SELECT outbox.enqueue('T', 'chain-0', '{}', topic => '$topic')" >/dev/null
+    wait_until 30 "$(all_sent $topic 1)" || { fail "the topic's first event was not sent"; return; }
+    # Refused for as long as the limit takes to lift, never dead.
+    set_setting outbox.max_attempts 1000
+    set_setting outbox.batch_size 1000
+    cat >"$script" <<SQL
+\set k random(0, 19)
+SELECT outbox.enqueue('T', 'chain-' || gen_random_uuid(), '{"n": 1}', topic => '$topic', msg_key => 'k' || :k);
+SQL
+    "$PGBIN/pgbench" -n -c 2 -j 2 -R 800 -T 30 -f "$script" "$IT_DB" >"$IT_TMP/chain.log" 2>&1 &
+    writer=$!
+    sleep 1
+    topic_max_message_bytes $topic 128 || fail "could not lower max.message.bytes of $topic"
+    wait_until 30 "SELECT count(*) > 0 FROM outbox.event_state s JOIN outbox.event_log l USING (id)
+                    WHERE l.topic = '$topic' AND s.attempts > 0" \
+        || fail "Kafka refused no event of $topic"
+    sql "SELECT outbox.pause()" >/dev/null
+    from=$(sql "SELECT max(id) FROM outbox.event_log")
+    topic_default_max_message_bytes $topic || fail "could not reset max.message.bytes of $topic"
+    wait_until 30 "SELECT backlog >= 3000 FROM outbox.stats" || fail "no backlog of 3,000 events in 30 s"
+    sql "SELECT outbox.resume()" >/dev/null
+    sleep 4
+    to=$(sql "SELECT max(id) FROM outbox.event_log")
+    kill "$writer"
+    wait "$writer" 2>/dev/null
+    total=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")
+    wait_until 60 "$(all_sent $topic "$total")" || fail "not all $total events were sent in 60 s"
+    held=$(sql "SELECT count(*) FROM outbox.event_state WHERE id > $from AND id <= $to")
+    echo "#   events $from-$to: $held of $((to - from)) sent by the retry step" \
+         "($(sql "SELECT count(*) FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE l.topic = '$topic'") of $total in all)"
+    expect "events of the backlog and after sent by the retry step" "$held" 0
+    reset_setting outbox.batch_size
+    reset_setting outbox.max_attempts
+}
+
 # exactly_once: one event in the middle of a transaction refused: the
 # transaction is aborted, so a read_committed consumer sees each other
 # event once, although a read_uncommitted one saw the aborted copies; the

@@ -318,6 +318,12 @@ topic_max_message_bytes() {
         --entity-type topics --entity-name "$1" --alter --add-config "max.message.bytes=$2" >>"$IT_TMP/config.log" 2>&1
 }
 
+# topic_default_max_message_bytes TOPIC: the broker's default limit for TOPIC again.
+topic_default_max_message_bytes() {
+    java -cp "$KAFKA_CP" kafka.admin.ConfigCommand --bootstrap-server "$KAFKA_BROKERS" \
+        --entity-type topics --entity-name "$1" --alter --delete-config max.message.bytes >>"$IT_TMP/config.log" 2>&1
+}
+
 # sample_memory PID: every 50 ms, "RssAnon VmHWM" (kB) of process PID,
 # until it is gone.  RssAnon, not VmRSS: shared buffers the relay touches
 # count in VmRSS and VmHWM, and are not the relay's own.
