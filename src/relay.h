@@ -252,7 +252,7 @@ extern bool relay_retries_settle(TimestampTz now, bool *unreachable);
 extern bool relay_handed_settle(void);
 extern void relay_retries_abandon(void);
 extern bool relay_retries_alone(void);
-extern bool relay_retries_first(TimestampTz now);
+extern bool relay_retries_first(void);
 
 /* worker.c */
 typedef void (*RelayStep)(void *arg);

@@ -104,23 +104,24 @@ relay_retries_alone(void)
 }
 
 /*
- * relay_retries_first: whether first sends wait for the batch of retries
- * in flight, sent less than HANDOVER_MS ago.  Read meanwhile, they would
- * hold a busy key's new events behind its retried ones, the retry step
- * would send those in its next batch while first sends held more, and so
- * on for as long as the key is written: after a burst of refusals, a
- * whole backlog went through outbox.event_state that way, written twice.
- * Once these are answered, first sends find their keys free.  Not longer
- * than HANDOVER_MS: a batch of retries stuck on one topic must not stall
- * the others.
+ * relay_retries_first: whether a batch of retries is in flight,
+ * unanswered.  First sends wait for it (worker.c, briefly): read
+ * meanwhile, they would hold a busy key's new events behind its retried
+ * ones, the retry step would send those in its next batch while first
+ * sends held more, and so on for as long as the key is written.  After a
+ * burst of refusals a whole backlog went through outbox.event_state that
+ * way, written twice more.  Once the batch is answered, first sends find
+ * its keys free.  Not one that sends an event refused twice, alone: it is
+ * likely refused again, its key stays blocked, and while a topic is
+ * refused such batches follow one another (the round after it is enough).
  */
 bool
-relay_retries_first(TimestampTz now)
+relay_retries_first(void)
 {
 	RelayBatch *batch = relay_flight_retry();
 
-	return batch != NULL && batch != reading &&
-		   !relay_batch_all_answered(batch) && relay_flight_young(batch, now);
+	return batch != NULL && batch != reading && !alone &&
+		   !relay_batch_all_answered(batch);
 }
 
 /*

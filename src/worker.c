@@ -77,6 +77,14 @@
 #define RATE_WINDOW_MS 50
 
 /*
+ * First sends wait for a batch of retries in flight (relay_retries_first)
+ * this long at most since they began to: a healthy broker answers sooner,
+ * and while one topic's refusals keep the retry step busy, the events of
+ * other topics wait no longer than that for it.
+ */
+#define RETRIES_FIRST_MS 200
+
+/*
  * Freed memory malloc may keep (keep_freed_memory); glibc takes no larger
  * mmap threshold on 64-bit systems.
  */
@@ -106,10 +114,11 @@ static TimestampTz remake_at = 0;   /* after a fatal error: not before */
 static TimestampTz reads_at = 0;    /* first sends: not before (a backoff) */
 static TimestampTz retries_at = 0;  /* retries: not before */
 static TimestampTz read_at = 0;     /* first sends: last read */
-static TimestampTz present_at = 0;  /* the extension was last seen */
-static bool read_wanted = true;     /* a commit may wait to be read */
-static int read_gap_ms = 0;         /* the next read waits this long */
-static int64 rate_taken = 0;        /* events read since rate_since */
+static TimestampTz retries_first_since = 0; /* first sends wait for retries */
+static TimestampTz present_at = 0;          /* the extension was last seen */
+static bool read_wanted = true;             /* a commit may wait to be read */
+static int read_gap_ms = 0;                 /* the next read waits this long */
+static int64 rate_taken = 0;                /* events read since rate_since */
 static TimestampTz rate_since = 0;
 static int rate_per_10ms = 0; /* events per 10 ms, the last window */
 static bool paused = false;   /* as the latest read found */
@@ -134,6 +143,7 @@ static void round_step(void *arg);
 static void settle(Round *round, TimestampTz now);
 static void read_more(Round *round, TimestampTz now);
 static RelayRead read_first_sends(int *taken);
+static bool wait_for_retries(TimestampTz now);
 static bool read_paused(RelayRead read, bool was);
 static void housekeeping(TimestampTz now);
 static void leave_if_absent(TimestampTz now);
@@ -787,15 +797,14 @@ read_more(Round *round, TimestampTz now)
 				now, Min(outbox_backoff_min, outbox_poll_interval));
 		paused = read_paused(read, paused);
 	}
-	/*
-	 * A refused event retried alone: first sends wait a round for it; any
-	 * batch of retries: until it is answered (relay_retries_first).
-	 */
+	/* A refused event retried alone: first sends wait a round for it. */
 	if (read != READ_PAUSED && !(read == READ_SOME && relay_retries_alone()) &&
-		!relay_retries_first(now) && read_gap_end(now) == 0 &&
+		read_gap_end(now) == 0 &&
 		(read_wanted ||
-		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)))
+		 now >= TimestampTzPlusMilliseconds(read_at, outbox_poll_interval)) &&
+		!wait_for_retries(now))
 	{
+		retries_first_since = 0;
 		read = read_first_sends(&taken);
 		read_gap_ms = gap_for(read, taken, now);
 		read_at = now;
@@ -808,6 +817,25 @@ read_more(Round *round, TimestampTz now)
 	}
 	relay_eos_reads_done();
 	round->paused = paused;
+}
+
+/*
+ * wait_for_retries: whether first sends wait for the batch of retries in
+ * flight (relay_retries_first), RETRIES_FIRST_MS at most since they began
+ * to.
+ */
+static bool
+wait_for_retries(TimestampTz now)
+{
+	if (!relay_retries_first())
+	{
+		retries_first_since = 0;
+		return false;
+	}
+	if (retries_first_since == 0)
+		retries_first_since = now;
+	return now <
+		   TimestampTzPlusMilliseconds(retries_first_since, RETRIES_FIRST_MS);
 }
 
 /*
@@ -941,8 +969,8 @@ after_round(const Round *round, TimestampTz now)
  * wait_ms: how long to wait for the latch (a commit), Kafka's answers or
  * a deadline: none after a round that worked, else until the next
  * handover, record of answered batches, backoff, Kafka transaction's
- * begin (relay_eos_begin_at), read held back (gap_for), message given up
- * on (kafka_deadline.c) or outbox.poll_interval.
+ * begin (relay_eos_begin_at), read held back (gap_for, RETRIES_FIRST_MS),
+ * message given up on (kafka_deadline.c) or outbox.poll_interval.
  */
 static int
 wait_ms(const Round *round, TimestampTz now)
@@ -971,6 +999,9 @@ wait_ms(const Round *round, TimestampTz now)
 		until = Min(until, remake_at);
 	if (overdue != 0)
 		until = Min(until, overdue);
+	if (retries_first_since != 0 && relay_retries_first())
+		until = Min(until, TimestampTzPlusMilliseconds(retries_first_since,
+													   RETRIES_FIRST_MS));
 	if (until <= now)
 		return 1;
 	TimestampDifference(now, until, &secs, &usecs);

@@ -220,6 +220,56 @@ t_unknown_topic_isolated() {
     reset_properties
 }
 
+# How late a healthy topic's events may leave (the relay's send, from
+# their enqueue) while a batch of retries waits for its answer: first
+# sends wait for it RETRIES_FIRST_MS (200) at most.
+RETRIES_WAIT_BOUND_MS=600
+
+# A batch of retries that Kafka answers late (the broker answers 1.5 s
+# late from the moment the retry of a missing topic's event is due, the
+# topic created meanwhile), while 200 events/s of a healthy topic are
+# enqueued: they leave within RETRIES_WAIT_BOUND_MS of their enqueue.
+# First sends wait for a batch of retries in flight (held_chain_ends),
+# not for as long as it is.
+t_retries_answered_late() {
+    local topic=mock.retries.late healthy=mock.retries.healthy script=$IT_TMP/retries_late.pgbench
+    local out=$IT_TMP/retries_late.tsv writer from to n worst
+    mock create $healthy 1
+    sql "SELECT outbox.enqueue('T', 'rl-0', '{}', topic => '$healthy')" >/dev/null
+    wait_until 20 "$(all_sent $healthy 1)" || { fail "the healthy topic's first event was not sent"; return; }
+    # librdkafka holds a missing topic's message 2 s (not 30) before it
+    # fails it.
+    properties_applied "topic.metadata.propagation.max.ms=2000"
+    refused_event $topic 3 K
+    wait_until 20 "SELECT attempts >= 1 FROM outbox.events WHERE id = $REFUSED_ID" \
+        || { fail "event $REFUSED_ID did not fail once"; return; }
+    mock create $topic 1
+    mock topic-error $topic 0
+    mock rtt 1500
+    cat >"$script" <<SQL
+\set k random(0, 19)
+SELECT outbox.enqueue('T', 'rl-' || gen_random_uuid(), '{}', topic => '$healthy', msg_key => 'h' || :k);
+SQL
+    from=$(sql "SELECT max(id) FROM outbox.event_log")
+    "$PGBIN/pgbench" -n -c 2 -j 2 -R 200 -T 4 -f "$script" "$IT_DB" >"$IT_TMP/retries_late.log" 2>&1 \
+        || fail "pgbench failed: $(tail -3 "$IT_TMP/retries_late.log")"
+    to=$(sql "SELECT max(id) FROM outbox.event_log")
+    n=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$healthy' AND id > $from AND id <= $to")
+    mock_consume $healthy "$((n + 1))" 30000 >"$out" || fail "not all $n events of $healthy arrived"
+    mock rtt 0
+    wait_until 20 "SELECT status = 'sent' FROM outbox.events WHERE id = $REFUSED_ID" \
+        || fail "event $REFUSED_ID was not sent once its topic existed"
+    load_consumed got_retries_late "$out"
+    worst=$(sql "SELECT round(max(g.created_ms - extract(epoch FROM l.created_at) * 1000))
+                   FROM outbox.event_log l JOIN got_retries_late g ON g.event_id = l.id
+                  WHERE l.topic = '$healthy' AND l.id > $from AND l.id <= $to")
+    echo "#   $n events of $healthy enqueued while the retry of event $REFUSED_ID waited 1.5 s for its answer:" \
+         "sent within $worst ms of their enqueue"
+    [ "${worst:-99999}" -le "$RETRIES_WAIT_BOUND_MS" ] \
+        || fail "an event of $healthy left $worst ms after its enqueue (bound $RETRIES_WAIT_BOUND_MS ms)"
+    reset_properties
+}
+
 # consumed_in_order FILE: the event ids of FILE (one partition) in offset
 # order, each once.
 consumed_in_order() {
