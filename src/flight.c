@@ -65,6 +65,7 @@ static void drop_messages(RelayBatch *batch, int from, bool handed_too);
 static void let_go(RelayBatch *batch);
 static bool freeable(const RelayBatch *batch);
 static void unstick(RelayBatch *batch, int i);
+static bool young(const RelayBatch *batch, TimestampTz now);
 static bool later_acked(const RelayBatch *batch);
 static bool first_waiting_missing(const RelayBatch *batch);
 static StuckTopic *enter_stuck(const char *topic, const char *then);
@@ -293,11 +294,11 @@ relay_flight_idle(void)
 }
 
 /*
- * relay_flight_young: whether batch was sent less than HANDOVER_MS ago,
- * too soon to call its unanswered events stuck.
+ * young: whether batch was sent less than HANDOVER_MS ago, too soon to
+ * call its unanswered events stuck.
  */
-bool
-relay_flight_young(const RelayBatch *batch, TimestampTz now)
+static bool
+young(const RelayBatch *batch, TimestampTz now)
 {
 	return !TimestampDifferenceExceeds(batch->sent_at, now, HANDOVER_MS);
 }
@@ -315,7 +316,7 @@ relay_flight_young(const RelayBatch *batch, TimestampTz now)
 bool
 relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now)
 {
-	if (relay_flight_young(batch, now))
+	if (young(batch, now))
 		return false;
 	return later_acked(batch) || first_waiting_missing(batch);
 }
@@ -350,7 +351,7 @@ relay_flight_round_stuck(const RelayBatch *batch, uint64 round_seq,
 {
 	char reported[256];
 
-	if (relay_flight_young(batch, now))
+	if (young(batch, now))
 		return false;
 	if (outbox_kafka_acked_seq() > round_seq &&
 		TimestampDifferenceExceeds(outbox_kafka_last_ack(), now, HANDOVER_MS))

@@ -210,7 +210,6 @@ extern int relay_flight_room(const RelaySettings *settings,
 extern bool relay_flight_failed_uncut(void);
 extern bool relay_flight_empty(void);
 extern bool relay_flight_idle(void);
-extern bool relay_flight_young(const RelayBatch *batch, TimestampTz now);
 extern bool relay_flight_may_hand_over(const RelayBatch *batch, TimestampTz now);
 extern TimestampTz relay_flight_next_handover(void);
 extern void relay_flight_hand_over(RelayBatch *batch, int i);
