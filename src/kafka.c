@@ -244,6 +244,9 @@ static TopicReport *topic_report(const char *topic);
 static void judge(TopicReport *slot, rd_kafka_resp_err_t err, bool held);
 static bool refused_for_good(rd_kafka_resp_err_t err);
 static rd_kafka_resp_err_t permanent_refusal(const char *topic, bool ask_again);
+static bool refusal_confirmed(const char *topic);
+static KafkaSendResult refused_unconfirmed(OutboxMessage *msg,
+										   rd_kafka_resp_err_t err);
 static void take_back_refused(void);
 static void forget_topics(void);
 static bool open_wake_pipe(void);
@@ -459,7 +462,47 @@ outbox_kafka_send(OutboxMessage *msg)
 	rd_kafka_headers_destroy(headers);
 	if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		return KAFKA_FULL;
+	if (refused_for_good(err) && !refusal_confirmed(msg->topic))
+		return refused_unconfirmed(msg, err);
 	return refused_at_once(msg, err);
+}
+
+/*
+ * refusal_confirmed: whether the cluster refuses topic for good by the
+ * relay's own judgement, asked now unless it was within REFUSAL_KEEP_MS.
+ * librdkafka fails a topic's messages at once while its latest metadata
+ * refused the topic, and keeps that until its next answer: when the relay's
+ * question went unanswered (as after a replay, the ACL given back, with the
+ * broker slow to answer), librdkafka's word is older than the relay's.
+ */
+static bool
+refusal_confirmed(const char *topic)
+{
+	char text[128];
+
+	return outbox_kafka_topic_refused(topic, text, sizeof(text)) &&
+		   topic_report(topic)->permanent != 0;
+}
+
+/*
+ * refused_unconfirmed: msg was refused at once for err, a refusal for good
+ * that librdkafka remembers but the cluster did not confirm: a failure for
+ * the broker's sake, tried again after a backoff and never dead for it.
+ */
+static KafkaSendResult
+refused_unconfirmed(OutboxMessage *msg, rd_kafka_resp_err_t err)
+{
+	/* Static, as librdkafka's texts are: one per error refused_for_good. */
+	static char texts[2][160];
+	char *text = texts[err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED];
+
+	snprintf(text, sizeof(texts[0]),
+			 "%s, as librdkafka last heard; the cluster has not confirmed it since",
+			 rd_kafka_err2str(err));
+	(void) refused_at_once(msg, err);
+	msg->transient = true;
+	msg->error_text = text;
+	return KAFKA_REFUSED;
 }
 
 /*
