@@ -497,7 +497,8 @@ refused_unconfirmed(OutboxMessage *msg, rd_kafka_resp_err_t err)
 	char *text = texts[err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED];
 
 	snprintf(text, sizeof(texts[0]),
-			 "%s, as librdkafka last heard; the cluster has not confirmed it since",
+			 "%s, as librdkafka last heard; the cluster has not confirmed "
+			 "it since",
 			 rd_kafka_err2str(err));
 	(void) refused_at_once(msg, err);
 	msg->transient = true;
