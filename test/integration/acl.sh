@@ -144,7 +144,8 @@ acl_all_sent() {
 # acl_topic_refused TOPIC PREFIX: Write on the topics removed: three
 # events of TOPIC (PREFIX, see enqueue) are refused, the log and relay_status() name the
 # topic and the ACL, each dies after outbox.max_attempts (3) attempts, no
-# more; with Write back, replayed, all are sent.
+# more; with Write back, replayed, all are sent (with ACL_REPLAY_FROZEN,
+# replayed while the broker is frozen for that many seconds).
 acl_topic_refused() {
     local topic=$1 prefix=$2
     acl remove --operation Write --topic "$ACL_TOPIC_PREFIX" --resource-pattern-type prefixed
@@ -205,44 +206,34 @@ acl_delivered() {
     expect_delivered "events of $1 in Kafka" got_acl "SELECT id FROM outbox.event_log WHERE topic = '$1'"
 }
 
-# at_least_once with Write on the topics (prefixed) and nothing else:
-# delivered.  Without it: refused, named, dead after its attempts,
-# delivered once replayed.
-t_acl_at_least_once() {
-    local topic=${ACL_TOPIC_PREFIX}alo all=$IT_TMP/acl_alo.out pid
+# acl_at_least_once_case NAME [FROZEN]: at_least_once with Write on the
+# topics (prefixed) and nothing else: delivered.  Without it: refused,
+# named, dead after its attempts, delivered once replayed (with FROZEN,
+# replayed while the broker is frozen for FROZEN s: acl_topic_refused).
+acl_at_least_once_case() {
+    local topic=$ACL_TOPIC_PREFIX$1 all=$IT_TMP/acl_$1.out pid
     LOG_MARK=$(log_mark)
     : >"$all"
     acl_setup at_least_once "$topic" || { kcluster_stop; return; }
     pid=$(relay_pid)
     acl_relay at_least_once
-    enqueue "$topic" 5 alo-granted
+    enqueue "$topic" 5 "$1-granted"
     acl_all_sent "$topic"
-    acl_topic_refused "$topic" alo-write
+    ACL_REPLAY_FROZEN=${2:-} acl_topic_refused "$topic" "$1-write"
     acl_delivered "$topic"
     relay_steady "$pid"
     acl_end "$all"
 }
 
-# at_least_once, the replay answered late: Write given back, the three
-# dead events replayed while the broker is frozen (SIGSTOP) for 2 s, so
-# that the relay's question about the topic goes unanswered.  librdkafka
-# still holds the topic as refused until an answer comes: that is not the
+t_acl_at_least_once() { acl_at_least_once_case alo; }
+
+# The replay answered late: Write given back, the three dead events
+# replayed while the broker is frozen (SIGSTOP) for 2 s, so that the
+# relay's question about the topic goes unanswered.  librdkafka still
+# holds the topic as refused until an answer comes: that is not the
 # cluster's word, and must not make the replayed events dead (before, each
 # was refused at once, three times in 300 ms, and died again).
-t_acl_replay_answered_late() {
-    local topic=${ACL_TOPIC_PREFIX}late all=$IT_TMP/acl_late.out pid
-    LOG_MARK=$(log_mark)
-    : >"$all"
-    acl_setup at_least_once "$topic" || { kcluster_stop; return; }
-    pid=$(relay_pid)
-    acl_relay at_least_once
-    enqueue "$topic" 2 late-granted
-    acl_all_sent "$topic"
-    ACL_REPLAY_FROZEN=2 acl_topic_refused "$topic" late-write
-    acl_delivered "$topic"
-    relay_steady "$pid"
-    acl_end "$all"
-}
+t_acl_replay_answered_late() { acl_at_least_once_case late 2; }
 
 # exactly_once with the docs' ACLs: the topics, the transactional id
 # (prefixed "outbox-"), the progress topic, both topics made by the admin.
