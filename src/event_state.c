@@ -295,10 +295,12 @@ log_refused(const OutboxMessage *msg, const char *error)
  * failure_text: why event i failed, in at most a few hundred bytes.  A
  * timeout is the broker's sake unless the cluster, which acknowledges
  * others, reports an error for the event's topic: then *refused, or
- * *missing if the error is that the topic does not exist.  An unknown
- * topic names the cluster's word too (an invalid name, say); one the
- * cluster no longer reports was created meanwhile: *missing, so that the
- * event is retried uncounted.
+ * *missing if the error is that the topic does not exist.  So is a topic
+ * librdkafka calls unknown: the cluster's word names why (an invalid
+ * name, say).  One the cluster does not confirm unknown, because it
+ * reports the topic now (created meanwhile) or left the relay's question
+ * unanswered, is librdkafka's older word: a failure for the broker's
+ * sake, never dead for it, whatever outbox.missing_topic_dead says.
  */
 static const char *
 failure_text(const RelayBatch *batch, int i, bool *refused, bool *missing)
@@ -321,9 +323,10 @@ failure_text(const RelayBatch *batch, int i, bool *refused, bool *missing)
 	}
 	if (msg->topic_unknown && !msg->transient)
 	{
-		*missing = true;
-		return relay_topic_missing_text(msg->topic,
-										batch->settings.missing_topic_dead);
+		*refused = false;
+		return psprintf("%s, as librdkafka last heard; the cluster has not "
+						"confirmed it since",
+						msg->error_text);
 	}
 	return msg->error_text ? msg->error_text : "delivery failed";
 }

@@ -175,6 +175,34 @@ t_topic_created_late() {
     late_broker_stop
 }
 
+# A missing topic's word that the cluster has not confirmed, with
+# outbox.missing_topic_dead on: three events of a missing topic die after
+# their attempts (the cluster says it is unknown); the topic is created,
+# and they are replayed while the broker is frozen (SIGSTOP) for 3 s, so
+# that the relay's question about the topic goes unanswered.  librdkafka
+# still holds the topic as unknown until an answer comes and fails each
+# try at once: that is not the cluster's word, and must not make the
+# replayed events dead again (before, they died again within a second).
+# Once the broker answers, they are sent.
+t_missing_topic_unconfirmed() {
+    local topic=it.late.unconfirmed
+    late_broker_start || { fail "the broker without auto-create did not start"; late_broker_stop; return; }
+    setting_applied outbox.missing_topic_dead on
+    sql "SELECT count(outbox.enqueue('T', '$topic-' || n, '{}', topic => '$topic', msg_key => 'u' || n))
+           FROM generate_series(1, 3) n" >/dev/null
+    wait_until 30 "SELECT count(*) FILTER (WHERE status = 'dead') = 3 FROM outbox.events WHERE topic = '$topic'" \
+        || { fail "the missing topic's events are not dead: $(sql "SELECT status || ' ' || attempts FROM outbox.events WHERE topic = '$topic'")"; late_broker_stop; return; }
+    late_create_topic $topic || { late_broker_stop; return; }
+    kill -STOP "${KCLUSTER_PIDS[1]}"
+    expect "events replayed" "$(replay "$topic")" 3
+    sleep 3
+    echo "#   while the broker was frozen: $(sql "SELECT string_agg(status || '/' || attempts || ': ' || coalesce(last_error, ''), '; ' ORDER BY id) FROM outbox.events WHERE topic = '$topic'")"
+    kill -CONT "${KCLUSTER_PIDS[1]}"
+    wait_until 30 "$(all_sent $topic 3)" \
+        || fail "the replayed events were not all sent once the broker answered: $(sql "SELECT string_agg(status || '/' || attempts || ': ' || coalesce(last_error, ''), '; ' ORDER BY id) FROM outbox.events WHERE topic = '$topic'")"
+    late_broker_stop
+}
+
 # The same in exactly_once, where an event that does not answer aborts its
 # Kafka transaction: the missing topic must not abort every one, nor stall
 # the other topics.
