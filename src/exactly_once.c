@@ -129,7 +129,10 @@ static OutboxMessage progress_msg;
 static char halted_reason[OUTBOX_ERROR_LEN];
 /* The transactional.id refused (across producers, until one is allowed). */
 static bool id_refused = false;
+/* The latest start refused by an ACL (the id, or the progress topic's). */
+static bool start_refused = false;
 static TimestampTz id_refused_said = 0;
+static TimestampTz create_refused_said = 0;
 /* The progress record refused: no transaction before the backoff ends. */
 static TimestampTz progress_refused_until = 0;
 static int progress_refused_ms = 0;
@@ -161,6 +164,8 @@ static void give_up(const char *what, const char *why, KafkaTxnResult result);
 static void ending(KafkaTxnResult result, const char *doing, const char *why);
 static void wait_said(TimestampTz now, const char *why);
 static void say_id_refused(TimestampTz now, const char *why);
+static void say_create_refused(TimestampTz now, const char *why);
+static bool repeat_due(TimestampTz *said, TimestampTz now);
 static bool progress_refused(const char *why);
 
 /*
@@ -198,7 +203,7 @@ relay_eos_restart(bool transactional)
 	progress_refused_until = 0;
 	progress_refused_ms = 0;
 	if (!transactional)
-		id_refused = false;
+		id_refused = start_refused = false;
 	if (eos_memory == NULL)
 		eos_memory = AllocSetContextCreate(TopMemoryContext,
 										   "outbox relay exactly once",
@@ -236,14 +241,15 @@ relay_eos_waiting(void)
 }
 
 /*
- * relay_eos_refused: whether the latest producer was refused its
- * transactional.id (said in the log), so that a new one waits for an ACL,
- * not for the broker.
+ * relay_eos_refused: whether the latest producer's start was refused by
+ * an ACL (its transactional.id, or the progress topic it would make or
+ * read; said in the log), so that a new one waits for an ACL, not for the
+ * broker.
  */
 bool
 relay_eos_refused(void)
 {
-	return active && id_refused;
+	return active && (id_refused || start_refused);
 }
 
 /*
@@ -436,8 +442,15 @@ prepare(TimestampTz now)
 	}
 	if (result == KAFKA_TXN_FENCED || result == KAFKA_TXN_FAILED)
 	{
+		/*
+		 * A refused read of the progress topic waits (wait_said); a topic
+		 * refused here is the progress topic the start would create.
+		 */
 		if (outbox_kafka_txn_refusal() == KAFKA_TXN_REFUSED_TRANSACTIONAL_ID)
 			say_id_refused(now, why);
+		else if (outbox_kafka_txn_refusal() == KAFKA_TXN_REFUSED_TOPIC)
+			say_create_refused(now, why);
+		start_refused = outbox_kafka_txn_refusal() != KAFKA_TXN_ALLOWED;
 		give_up("cannot use Kafka transactions", why, result);
 		return false;
 	}
@@ -446,8 +459,8 @@ prepare(TimestampTz now)
 		wait_said(now, why);
 		return false;
 	}
-	id_refused = false;
-	id_refused_said = 0;
+	id_refused = start_refused = false;
+	id_refused_said = create_refused_said = 0;
 	if (!catch_up())
 		return false;
 	say_foreign();
@@ -1095,10 +1108,8 @@ say_id_refused(TimestampTz now, const char *why)
 	size_t len;
 
 	id_refused = true;
-	if (id_refused_said != 0 &&
-		!TimestampDifferenceExceeds(id_refused_said, now, REFUSAL_REPEAT_MS))
+	if (!repeat_due(&id_refused_said, now))
 		return;
-	id_refused_said = now;
 	id = relay_eos_transactional_id();
 	/* librdkafka ends this one with a period; the DETAIL adds its own. */
 	strlcpy(cause, why, sizeof(cause));
@@ -1115,6 +1126,39 @@ say_id_refused(TimestampTz now, const char *why)
 		 errhint("Grant the relay's principal Write on the transactional id \"%s\", or on every id beginning with \"outbox-\" (a prefixed ACL), or set outbox.delivery = at_least_once.",
 				 id)));
 	pfree(id);
+}
+
+/*
+ * say_create_refused: the cluster refused to create the progress topic
+ * for want of an ACL; said as say_id_refused is.
+ */
+static void
+say_create_refused(TimestampTz now, const char *why)
+{
+	if (!repeat_due(&create_refused_said, now))
+		return;
+	ereport(
+		LOG,
+		(errmsg("outbox relay: the relay's principal may not create the progress topic \"%s\"",
+				outbox_progress_topic),
+		 errdetail(
+			 "The cause Kafka gave: %s. In exactly_once the relay sends nothing before the topic exists; it asks again with a new producer after a backoff.",
+			 why),
+		 errhint("Create topic \"%s\" with one partition and cleanup.policy=compact, or grant the relay's principal Create on it, or set outbox.delivery = at_least_once.",
+				 outbox_progress_topic)));
+}
+
+/*
+ * repeat_due: whether a refusal last said at *said (0: never) is due to be
+ * said again, REFUSAL_REPEAT_MS on; if so, *said becomes now.
+ */
+static bool
+repeat_due(TimestampTz *said, TimestampTz now)
+{
+	if (*said != 0 && !TimestampDifferenceExceeds(*said, now, REFUSAL_REPEAT_MS))
+		return false;
+	*said = now;
+	return true;
 }
 
 /*

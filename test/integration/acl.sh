@@ -74,8 +74,9 @@ acl_docs() {
         if [ "$1" = exactly_once ]; then cat; else grep -v -e '--transactional-id' -e 'outbox_progress'; fi
 }
 
-# acl_setup MODE TOPIC: the broker, TOPIC and (exactly_once) the progress
-# topic made by the admin, and the docs' ACLs for MODE granted, all at once.
+# acl_setup MODE TOPIC: the broker, TOPIC and (exactly_once, unless
+# ACL_NO_PROGRESS is set) the progress topic made by the admin, and the
+# docs' ACLs for MODE granted, all at once.
 acl_setup() {
     local pids=() line args p
     acl_broker || { fail "the broker did not start"; return 1; }
@@ -83,7 +84,7 @@ acl_setup() {
     pids+=($!)
     kafka_tool TopicCommand --create --topic "${ACL_TOPIC_PREFIX}probe" --partitions 1 --replication-factor 1 &
     pids+=($!)
-    [ "$1" = at_least_once ] ||
+    [ "$1" = at_least_once ] || [ -n "${ACL_NO_PROGRESS:-}" ] ||
         kafka_tool TopicCommand --create --topic outbox_progress --partitions 1 --replication-factor 1 \
             --config cleanup.policy=compact &
     pids+=($!)
@@ -234,6 +235,39 @@ t_acl_at_least_once() { acl_at_least_once_case alo; }
 # cluster's word, and must not make the replayed events dead (before, each
 # was refused at once, three times in 300 ms, and died again).
 t_acl_replay_answered_late() { acl_at_least_once_case late 2; }
+
+# The docs' Create row: exactly_once with the progress topic not made by
+# the admin.  Without Create the relay starts no transaction, says what to
+# do, and sends nothing; with Create on the progress topic (and nothing
+# else more) it makes the topic, one partition and compacted, and every
+# event is delivered exactly once to a read_committed consumer.
+t_acl_progress_created() {
+    local topic=${ACL_TOPIC_PREFIX}made all=$IT_TMP/acl_made.out pid described
+    LOG_MARK=$(log_mark)
+    : >"$all"
+    ACL_NO_PROGRESS=1 acl_setup exactly_once "$topic" || { kcluster_stop; return; }
+    pid=$(relay_pid)
+    acl_relay exactly_once
+    enqueue "$topic" 3 made-none
+    log_shows 'outbox relay: the relay.s principal may not create the progress topic "outbox_progress"'
+    log_shows 'HINT:  Create topic "outbox_progress" with one partition and cleanup.policy=compact, or grant the relay.s principal Create on it'
+    state_is 'waiting for Kafka transactions'
+    status_shows 'could not create the progress topic "outbox_progress"'
+    acl_held made-none 2
+    expect "lines saying the progress topic cannot be created" \
+        "$(log_count "may not create the progress topic")" 1
+    expect "lines saying the relay makes a new producer" "$(log_count "making a new Kafka producer")" 0
+    acl add --operation Create --topic outbox_progress
+    acl_all_sent "$topic"
+    kafka_tool TopicCommand --describe --topic outbox_progress
+    described=$(grep -A1 "Topic: outbox_progress" "$IT_TMP/acl_tools.log" | tail -2)
+    grep -q "PartitionCount: 1" <<<"$described" && grep -q "cleanup.policy=compact" <<<"$described" ||
+        fail "the progress topic the relay made is not one compacted partition: $described"
+    acl_delivered "$topic"
+    expect "duplicates seen by a read_committed consumer" "$(duplicates got_acl)" 0
+    relay_steady "$pid"
+    acl_end "$all"
+}
 
 # exactly_once with the docs' ACLs: the topics, the transactional id
 # (prefixed "outbox-"), the progress topic, both topics made by the admin.
