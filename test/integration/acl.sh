@@ -143,10 +143,12 @@ acl_all_sent() {
 }
 
 # acl_topic_refused TOPIC PREFIX: Write on the topics removed: three
-# events of TOPIC (PREFIX, see enqueue) are refused, the log and relay_status() name the
-# topic and the ACL, each dies after outbox.max_attempts (3) attempts, no
-# more; with Write back, replayed, all are sent (with ACL_REPLAY_FROZEN,
-# replayed while the broker is frozen for that many seconds).
+# events of TOPIC (PREFIX, see enqueue) are refused, the log and
+# relay_status() name the topic and the ACL, and each dies at the first
+# refusal the cluster confirms from its outbox.max_attempts-th (3)
+# attempt on; with Write back, replayed, all are sent (with
+# ACL_REPLAY_FROZEN, replayed while the broker is frozen for that many
+# seconds).
 acl_topic_refused() {
     local topic=$1 prefix=$2
     acl remove --operation Write --topic "$ACL_TOPIC_PREFIX" --resource-pattern-type prefixed
@@ -157,9 +159,13 @@ acl_topic_refused() {
     wait_until 30 "SELECT count(*) FILTER (WHERE status = 'dead') = 3 FROM outbox.events
                    WHERE topic = '$topic' AND biz_key LIKE 'fault-$prefix-%'" ||
         fail "the refused events are not dead: $(held_counts "$topic") sent/dead/attempts"
-    expect "attempts of the refused events" \
-        "$(sql "SELECT string_agg(attempts::text, ' ') FROM outbox.events WHERE biz_key LIKE 'fault-$prefix-%'")" "3 3 3"
-    log_shows "event [0-9]+ is dead after 3 failed attempts: .*Topic authorization failed"
+    # Dead at the first refusal the cluster confirms from the third attempt
+    # on: one it did not confirm (its metadata answer later than 500 ms,
+    # as under CI's load) is an attempt that is not charged.
+    expect "refused events with fewer than 3 attempts" \
+        "$(sql "SELECT count(*) FROM outbox.events WHERE biz_key LIKE 'fault-$prefix-%' AND attempts < 3")" 0
+    echo "#   attempts of the refused events: $(sql "SELECT string_agg(attempts::text, ' ' ORDER BY id) FROM outbox.events WHERE biz_key LIKE 'fault-$prefix-%'")"
+    log_shows "event [0-9]+ is dead after [0-9]+ failed attempts: .*Topic authorization failed"
     acl add --operation Write --topic "$ACL_TOPIC_PREFIX" --resource-pattern-type prefixed
     acl_write_effective
     # At once: the replay has the relay ask the cluster again, rather than
