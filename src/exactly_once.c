@@ -242,9 +242,9 @@ relay_eos_waiting(void)
 
 /*
  * relay_eos_refused: whether the latest producer's start was refused by
- * an ACL (its transactional.id, or the progress topic it would make or
- * read; said in the log), so that a new one waits for an ACL, not for the
- * broker.
+ * an ACL (its transactional.id, or the progress topic it would create;
+ * said in the log), so that a new one waits for an ACL, not for the
+ * broker.  A refused read of the progress topic waits instead (wait_said).
  */
 bool
 relay_eos_refused(void)
