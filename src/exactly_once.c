@@ -127,8 +127,6 @@ static bool progress_queued = false;
 static TimestampTz begin_at = 0; /* no transaction begins before */
 static OutboxMessage progress_msg;
 static char halted_reason[OUTBOX_ERROR_LEN];
-/* The transactional.id refused (across producers, until one is allowed). */
-static bool id_refused = false;
 /* The latest start refused by an ACL (the id, or the progress topic's). */
 static bool start_refused = false;
 static TimestampTz id_refused_said = 0;
@@ -203,7 +201,7 @@ relay_eos_restart(bool transactional)
 	progress_refused_until = 0;
 	progress_refused_ms = 0;
 	if (!transactional)
-		id_refused = start_refused = false;
+		start_refused = false;
 	if (eos_memory == NULL)
 		eos_memory = AllocSetContextCreate(TopMemoryContext,
 										   "outbox relay exactly once",
@@ -236,7 +234,7 @@ relay_eos_broken(void)
 bool
 relay_eos_waiting(void)
 {
-	return active && ((state == EOS_INIT && (said_waiting || id_refused)) ||
+	return active && ((state == EOS_INIT && (said_waiting || start_refused)) ||
 					  progress_refused_until != 0);
 }
 
@@ -249,7 +247,7 @@ relay_eos_waiting(void)
 bool
 relay_eos_refused(void)
 {
-	return active && (id_refused || start_refused);
+	return active && start_refused;
 }
 
 /*
@@ -459,7 +457,7 @@ prepare(TimestampTz now)
 		wait_said(now, why);
 		return false;
 	}
-	id_refused = start_refused = false;
+	start_refused = false;
 	id_refused_said = create_refused_said = 0;
 	if (!catch_up())
 		return false;
@@ -1107,7 +1105,6 @@ say_id_refused(TimestampTz now, const char *why)
 	char cause[512];
 	size_t len;
 
-	id_refused = true;
 	if (!repeat_due(&id_refused_said, now))
 		return;
 	id = relay_eos_transactional_id();

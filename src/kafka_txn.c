@@ -57,6 +57,8 @@ static void keep_if_marked(const rd_kafka_message_t *msg,
 static int remaining_ms(TimestampTz deadline);
 static KafkaFence fence_of(int cause);
 static KafkaTxnRefusal refusal_of(rd_kafka_resp_err_t err);
+static void create_failure(const char *topic, rd_kafka_resp_err_t err,
+						   const char *text, char *why, size_t size);
 
 /*
  * outbox_kafka_txn_init: init_transactions for the current producer: asks
@@ -474,12 +476,7 @@ create_topic(const char *topic, int timeout_ms, char *why, size_t size)
 			err = rd_kafka_topic_result_error(topics[0]);
 			text = rd_kafka_topic_result_error_string(topics[0]);
 		}
-		snprintf(why, size,
-				 "could not create the progress topic \"%s\": %s; create it "
-				 "with one partition and cleanup.policy=compact, or let the "
-				 "relay's principal create topics (if it exists, the "
-				 "principal may not see it: grant it Read and Write there)",
-				 topic, text ? text : rd_kafka_err2str(err));
+		create_failure(topic, err, text, why, size);
 		rd_kafka_event_destroy(event);
 	}
 	else
@@ -494,6 +491,31 @@ create_topic(const char *topic, int timeout_ms, char *why, size_t size)
 		return KAFKA_TXN_AGAIN;
 	refusal = refusal_of(err);
 	return KAFKA_TXN_FAILED;
+}
+
+/*
+ * create_failure: why the cluster did not create the progress topic.  A
+ * refusal for want of an ACL gets Kafka's text alone, its period dropped:
+ * the relay says what to grant (say_create_refused); another failure gets
+ * what to do.
+ */
+static void
+create_failure(const char *topic, rd_kafka_resp_err_t err, const char *text,
+			   char *why, size_t size)
+{
+	size_t len;
+
+	snprintf(why, size, "could not create the progress topic \"%s\": %s",
+			 topic, text ? text : rd_kafka_err2str(err));
+	len = strlen(why);
+	while (len > 0 && why[len - 1] == '.')
+		why[--len] = '\0';
+	if (refusal_of(err) == KAFKA_TXN_ALLOWED)
+		strlcat(why,
+				"; create it with one partition and cleanup.policy=compact, "
+				"or let the relay's principal create topics (if it exists, "
+				"the principal may not see it: grant it Read and Write there)",
+				size);
 }
 
 /*

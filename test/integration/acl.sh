@@ -262,6 +262,9 @@ t_acl_progress_created() {
     acl_held made-none 2
     expect "lines saying the progress topic cannot be created" \
         "$(log_count "may not create the progress topic")" 1
+    # The DETAIL gives Kafka's cause; what to do is the HINT's alone.
+    expect "DETAILs that give the cause and no advice" \
+        "$(log_count 'DETAIL:  The cause Kafka gave: could not create the progress topic "outbox_progress": [^;]*[^.]\. In exactly_once')" 1
     expect "lines saying the relay makes a new producer" "$(log_count "making a new Kafka producer")" 0
     acl add --operation Create --topic outbox_progress
     acl_all_sent "$topic"
