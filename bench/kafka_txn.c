@@ -16,8 +16,9 @@
  *		               PROGRESS_TOPIC, commit (a transactional producer can
  *		               have one transaction open at a time).
  *		Prints each size's median time per batch and its rate for each way,
- *		and the transaction's rate over each of the others (the median of
- *		each round's ratio).
+ *		the transaction's rate over each of the others (the median of each
+ *		round's ratio), and the median of each of the transaction's two
+ *		parts: until every message is acknowledged, and the commit.
  *
  * usage: bench-kafka-txn BROKERS TOPIC PROGRESS_TOPIC SIZES ROUNDS
  *		SIZES is a comma-separated list of batch sizes.  Exit status 0 once
@@ -49,6 +50,14 @@ static const char *const way_name[WAYS] = {"idempotent", "pipelined",
 										   "transaction"};
 static long long failed = 0;
 static char value[200];
+
+/*
+ * The latest transaction's two parts: from begin until every message was
+ * acknowledged (the partitions added to the transaction, AddPartitionsToTxn,
+ * then the sends), and the commit that follows (EndTxn), in ms.
+ */
+static double txn_acked_ms;
+static double txn_commit_ms;
 
 static double
 now_ms(void)
@@ -170,8 +179,12 @@ one_batch(enum Way way, rd_kafka_t *plain, rd_kafka_t *txn, const char *topic,
 			check(rd_kafka_begin_transaction(txn), "begin_transaction");
 			send_batch(txn, topic, size);
 			send_one(txn, progress, "progress", 40);
+			/* commit_transaction would flush first; apart, it is timed. */
+			wait_acked(txn);
+			txn_acked_ms = now_ms() - start;
 			check(rd_kafka_commit_transaction(txn, TIMEOUT_MS),
 				  "commit_transaction");
+			txn_commit_ms = now_ms() - start - txn_acked_ms;
 			break;
 		default:
 			break;
@@ -199,6 +212,7 @@ main(int argc, char **argv)
 {
 	int sizes[MAX_SIZES], nsizes = 0, rounds;
 	double ms[MAX_SIZES][WAYS][MAX_ROUNDS];
+	double acked[MAX_SIZES][MAX_ROUNDS], commit[MAX_SIZES][MAX_ROUNDS];
 	char txn_id[64];
 	rd_kafka_t *plain, *txn;
 
@@ -229,6 +243,11 @@ main(int argc, char **argv)
 
 				ms[s][w][r] =
 					one_batch(w, plain, txn, argv[2], argv[3], sizes[s]);
+				if (w == TRANSACTION)
+				{
+					acked[s][r] = txn_acked_ms;
+					commit[s][r] = txn_commit_ms;
+				}
 			}
 
 	printf("batch size\tway\tms per batch (median of %d rounds)\tevents/s\n",
@@ -253,6 +272,10 @@ main(int argc, char **argv)
 		printf("%d\ttransaction's rate over idempotent's %.2fx, over "
 			   "pipelined's %.2fx (medians of each round's ratio)\n",
 			   sizes[s], median(over[0], rounds), median(over[1], rounds));
+		printf("%d\ttransaction's parts: begin to every message acknowledged "
+			   "(AddPartitionsToTxn, then the sends) %.2f ms, the commit "
+			   "(EndTxn) %.2f ms (medians)\n",
+			   sizes[s], median(acked[s], rounds), median(commit[s], rounds));
 	}
 	rd_kafka_destroy(txn);
 	rd_kafka_destroy(plain);
