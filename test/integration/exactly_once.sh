@@ -430,8 +430,22 @@ t_eos_cluster_killed() {
     # back until its coordinator aborts it, as docs/kafka.md says; a 5 s
     # pause in the read was once taken for the end (10 "missing").
     "$TOOLS/outbox-consume" -b "$KCLUSTER_BROKERS" -t "$topic" -n 2401 -T 90000 -i 70000 >"$out" 2>/dev/null
+    [ "$(wc -l <"$out")" -ge 2401 ] || eos_cluster_short "$topic" "$out"
     expect_exactly_once eos_cluster $topic "$out"
     eos_cluster_end
+}
+
+# eos_cluster_short TOPIC OUT: a read_committed read that came short (seen
+# twice in CI under load, 5 and 7 events missing, all recorded as sent):
+# say whether the events are in the log at all (read_uncommitted) and
+# whether a second read_committed read, 120 s on, finds them, so that a
+# transaction held open is told from a loss.
+eos_cluster_short() {
+    local u=$2.uncommitted again=$2.again
+    "$TOOLS/outbox-consume" -b "$KCLUSTER_BROKERS" -t "$1" -U -T 20000 -i 10000 >"$u" 2>/dev/null
+    "$TOOLS/outbox-consume" -b "$KCLUSTER_BROKERS" -t "$1" -n 2401 -T 120000 -i 100000 >"$again" 2>/dev/null
+    echo "#   read_committed got $(wc -l <"$2") of 2401; read_uncommitted then saw" \
+        "$(cut -f5 "$u" | sed 's/,.*//' | sort -u | wc -l) distinct events; read_committed again: $(wc -l <"$again")"
 }
 
 # eos_cluster_end: the relay back on the suite's broker in at_least_once,
