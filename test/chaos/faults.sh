@@ -263,11 +263,18 @@ wait_relay_blocked() {
     return 1
 }
 
-# The consumer SIGKILLed (offsets of the last second not committed) and
-# started again: it must go on applying new events, and get the messages
-# it had applied but not committed again, which the claim refuses.
+# The consumer SIGKILLed with events applied past its committed offsets,
+# and started again: it must go on applying new events, and get the
+# messages it had applied but not committed again, which the claim
+# refuses.  A kill alone leaves such events only if one was applied in
+# the last second before it; SIGUSR1 stops the consumer storing offsets,
+# and the kill waits for an event applied after that.
 t_consumer_killed() {
-    local killed_at
+    local held_at killed_at
+    kill -USR1 "$CONSUMER_PID"
+    held_at=$(inventory "SELECT clock_timestamp()")
+    inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM reservations WHERE applied_at > '$held_at')" \
+        || fail "the consumer applied no event in 120 s before the kill"
     killed_at=$(inventory "SELECT clock_timestamp()")
     kill -KILL "$CONSUMER_PID"
     wait "$CONSUMER_PID" 2>/dev/null
@@ -276,13 +283,11 @@ t_consumer_killed() {
     inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM reservations WHERE applied_at > '$killed_at')" \
         || fail "the restarted consumer applied no event in 120 s"
     inventory_wait 120 "SELECT EXISTS (SELECT 1 FROM refusals f JOIN reservations r USING (event_id)
-                                       WHERE f.refused_at > '$killed_at' AND r.applied_at < '$killed_at')" \
-        || fail "no redelivery of an event applied before the kill was refused by the claim in 120 s"
-    kill -0 "$CONSUMER_PID" 2>/dev/null || fail "the restarted consumer exited"
+                                       WHERE f.refused_at > '$killed_at' AND r.applied_at > '$held_at'
+                                         AND r.applied_at < '$killed_at')" \
+        || fail "no redelivery of an event applied past the committed offsets was refused by the claim in 120 s"
 }
 
-# inventory_wait SECONDS SQL: poll the consumer's database until SQL
-# returns t; false on timeout.
 inventory_wait() {
     local deadline=$((SECONDS + $1))
     while [ $SECONDS -lt $deadline ]; do

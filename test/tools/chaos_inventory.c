@@ -11,6 +11,9 @@
  * crash redelivers what came after the last commit; a lost connection
  * (crash, failover) means the outcome is unknown and the same message is
  * applied again, which the claim turns into a no-op if it had committed.
+ * SIGUSR1 stops storing offsets from then on: what is applied afterwards
+ * is sure to come again after a crash, so a test that kills the consumer
+ * need not hope a kill fell within the last second's offsets.
  *
  * usage: outbox-chaos-inventory -b BROKERS -t TOPIC -d CONNINFO [-g GROUP]
  *		Runs until SIGTERM or SIGINT; prints a summary on stderr.
@@ -26,6 +29,9 @@
 
 #include "chaos_client.h"
 #include <librdkafka/rdkafka.h>
+
+/* Set by SIGUSR1: no offset is stored from then on. */
+static volatile sig_atomic_t hold_offsets;
 
 static struct
 {
@@ -51,6 +57,13 @@ header(const rd_kafka_message_t *m, const char *name, char *buf, size_t size)
 	memcpy(buf, val, len);
 	buf[len] = '\0';
 	return buf;
+}
+
+static void
+on_hold_offsets(int sig)
+{
+	(void) sig;
+	hold_offsets = 1;
 }
 
 /*
@@ -108,7 +121,8 @@ handle(const rd_kafka_message_t *m, PGconn **conn, const char *conninfo)
 	else
 		counts.duplicates++;
 	/* Committed as offset + 1: where a restart resumes. */
-	rd_kafka_offset_store(m->rkt, m->partition, m->offset);
+	if (!hold_offsets)
+		rd_kafka_offset_store(m->rkt, m->partition, m->offset);
 	return 1;
 }
 
@@ -169,6 +183,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	stop_on_signals();
+	signal(SIGUSR1, on_hold_offsets);
 	if ((rk = make_consumer(brokers, topic, group)) == NULL || (conn = connect_db(conninfo)) == NULL)
 		return 1;
 
