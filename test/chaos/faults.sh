@@ -97,8 +97,18 @@ t_broker_down() {
 # bytes: above the batch of a transaction marker (about 80), which the
 # broker must still write to abort a transaction: at 64, Kafka could not,
 # and the coordinator kept the relay's transactional.id busy for good.
+#
+# The fault is seen to land: the relay names the broker's refusal (failed
+# attempts and retries alone may be the broker outage's, just before).
+# 60 s: the broker takes the topic's new configuration in its own time,
+# which the relay does not bound.
 t_produce_errors() {
+    local since
+    since=$(sql "SELECT clock_timestamp()")
     topic_config --add-config max.message.bytes=128 || { fail "could not set max.message.bytes"; return; }
+    wait_until 60 "SELECT (SELECT last_error_at > '$since' AND last_error ~* 'too large' FROM outbox.relay_status())
+                       OR EXISTS (SELECT 1 FROM outbox.event_state WHERE updated_at > '$since' AND last_error ~* 'too large')" \
+        || fail "the relay never said the broker refused a message as too large in 60 s: $(sql "SELECT coalesce(last_error, '(no error)') FROM outbox.relay_status()")"
     wait_until 20 "SELECT failed_last_minute > 0 AND retrying > 0 FROM outbox.stats" \
         || fail "no failed attempts while the broker refused produce requests"
     sleep 1
