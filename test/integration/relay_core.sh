@@ -531,7 +531,7 @@ prepare_event() {
 # and relayed (its periodic checks included).  No session of the case
 # reads outbox.event_log meanwhile: ids are kept in it_oldxid_ids.
 # COMMIT PREPARED then wakes the relay: Kafka has the prepared event
-# within 2 s (by the producer's timestamp); once the open session ends,
+# within 10 s (by the producer's timestamp); once the open session ends,
 # a consumer has every event exactly once.
 t_old_xid_cost() {
     local topic=it.oldxid out=$IT_TMP/oldxid.tsv prepared r0 r1 w0 w1 p0 p1 start committed_ms lag
@@ -564,11 +564,16 @@ t_old_xid_cost() {
 
     committed_ms=$(($(us_now) / 1000))
     sql "COMMIT PREPARED 'it_oldxid'"
-    consume $topic 20002 10000 >"$out" || fail "the prepared event did not arrive within 10 s"
+    # The consumer reads the 20,001 before it too: its own time is not the
+    # relay's (the lag below is measured from the producer's timestamp).
+    consume $topic 20002 30000 >"$out" || fail "the prepared event did not arrive within 30 s"
     load_consumed got_oldxid "$out"
     lag=$(sql "SELECT created_ms - $committed_ms FROM got_oldxid WHERE event_id = ${prepared:-0}")
     echo "#   the prepared event was sent ${lag:-never} ms after COMMIT PREPARED"
-    [ -n "$lag" ] && [ "$lag" -le 2000 ] || fail "COMMIT PREPARED did not wake the relay: sent ${lag:-never} ms after"
+    # 10 s, far below the 60 s poll interval a relay not woken waits for;
+    # the docs promise a wake at commit, no figure in ms, and a loaded
+    # machine's relay may take more than the 2 s this bound was.
+    [ -n "$lag" ] && [ "$lag" -le 10000 ] || fail "COMMIT PREPARED did not wake the relay: sent ${lag:-never} ms after"
 
     release_hold
     sql "SELECT outbox.enqueue('T', 'ox-last', '{}', topic => '$topic')" >/dev/null
