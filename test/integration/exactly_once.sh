@@ -716,6 +716,13 @@ t_eos_leaderless_topic_waits() {
     mock topic-error $topic 5
     LOG_MARK=$(log_mark)
     enqueue $topic 10 lt
+    # The relay must have the events in flight to the leaderless topic
+    # (else a loaded relay that had not read them yet would pass the
+    # checks below on luck); then 3 s, well past the second after which a
+    # batch not acknowledged is taken for stuck (flight.c, HANDOVER_MS).
+    wait_until 20 "SELECT count(*) = 1 FROM pg_stat_activity
+                    WHERE backend_type = 'outbox relay' AND query = 'waiting for Kafka acknowledgements'" \
+        || fail "leaderless topic: the relay never waited for Kafka's acknowledgement of its events"
     sleep 3
     expect "leaderless topic: sent while it had no leader" "$(sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status = 'sent'")" 0
     mock topic-error $topic 0
