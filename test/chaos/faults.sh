@@ -485,12 +485,18 @@ check_exactly_once() {
 
 # check_refusals: the consumer refused redeliveries, each of an event it
 # had applied, and refused every extra copy in Kafka; it may take a while
-# to read the last ones.
+# to read the last ones.  A loaded machine's consumer, one transaction a
+# message, can be minutes behind: it is waited for as long as it makes
+# progress, and given up on after 60 s without any (20 minutes at most).
 check_refusals() {
     sql "CREATE TABLE chaos_refused (event_id bigint, refused_at timestamptz)"
-    local deadline=$((SECONDS + 60))
+    local committed done last=-1 moved=$SECONDS deadline=$((SECONDS + 1200))
+    committed=$(sql "SELECT count(*) FROM chaos_committed")
     until load_refusals && [ "$(sql "SELECT count(*) FROM chaos_unrefused")" = 0 ] \
-        || [ $SECONDS -ge $deadline ]; do
+        && [ "$(inventory "SELECT count(DISTINCT event_id) FROM reservations")" -ge "$committed" ]; do
+        done=$(inventory "SELECT (SELECT count(*) FROM reservations) + (SELECT count(*) FROM refusals)")
+        [ "$done" != "$last" ] && { last=$done; moved=$SECONDS; }
+        [ $((SECONDS - moved)) -lt 60 ] && [ $SECONDS -lt $deadline ] || break
         sleep 1
     done
     chaos_stop_consumer
