@@ -55,7 +55,7 @@ SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated', '')$$);
 SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 257)));
 -- The longest consumer with the longest keys and source, all
 -- incompressible, still fits in consumer_dedup's unique index on
--- (consumer, source, biz_type, biz_key).
+-- (consumer, biz_type, biz_key, source).
 BEGIN;
 SELECT outbox.claim((SELECT string_agg(md5('c' || i), '') FROM generate_series(1, 8) i), 1,
                     (SELECT string_agg(md5('t' || i), '') FROM generate_series(1, 32) i),
