@@ -55,7 +55,7 @@ SELECT err($$SELECT outbox.claim('c', 1, 'OrderCreated', '')$$);
 SELECT err(format('SELECT outbox.claim(%L, 1)', repeat('c', 257)));
 -- The longest consumer with the longest keys and source, all
 -- incompressible, still fits in consumer_dedup's unique index on
--- (consumer, source, biz_type, biz_key).
+-- (consumer, biz_type, biz_key, source).
 BEGIN;
 SELECT outbox.claim((SELECT string_agg(md5('c' || i), '') FROM generate_series(1, 8) i), 1,
                     (SELECT string_agg(md5('t' || i), '') FROM generate_series(1, 32) i),
@@ -88,3 +88,17 @@ SELECT pg_current_wal_insert_lsn() AS before \gset
 SELECT outbox.claim('wal-check', 424242) AS again;
 SELECT pg_current_wal_insert_lsn() > :'before' AS wrote_wal;
 COMMIT;
+
+-- Claims of both forms see each other (test/specs/claim_forms.spec runs
+-- them concurrently).  For it each claim takes a lock per consumer, of its
+-- form's mode; a transaction of thousands of claims holds it once, one
+-- entry of the shared lock table for each form, however many it claims.
+BEGIN;
+SELECT count(*) FILTER (WHERE outbox.claim('bulk', g)) AS four_arg_first
+  FROM generate_series(1, 10000) g;
+SELECT count(*) FILTER (WHERE outbox.claim('bulk', g, NULL, NULL, 'source-a')) AS five_arg_first
+  FROM generate_series(1, 10000) g;
+SELECT locktype, mode, granted, objsubid
+  FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+ ORDER BY mode;
+ROLLBACK;

@@ -33,8 +33,8 @@ SELECT col_is_pk('outbox', 'event_log', 'id', 'event_log keyed by id');
 SELECT col_is_unique('outbox', 'event_log', ARRAY['biz_type', 'biz_key'], 'one event per business key');
 SELECT col_default_is('outbox', 'event_log', 'id', 'nextval(''outbox.event_id_seq''::regclass)', 'ids come from the sequence');
 SELECT has_index('outbox', 'event_log', 'event_log_tx_id', ARRAY['tx', 'id'], 'relay reads windows in (tx, id) order');
-SELECT col_is_pk('outbox', 'consumer_dedup', ARRAY['consumer', 'source', 'event_id'], 'one claim per consumer, source and event');
-SELECT col_is_unique('outbox', 'consumer_dedup', ARRAY['consumer', 'source', 'biz_type', 'biz_key'], 'one claim per consumer, source and business key');
+SELECT col_is_pk('outbox', 'consumer_dedup', ARRAY['consumer', 'event_id', 'source'], 'one claim per consumer, source and event');
+SELECT col_is_unique('outbox', 'consumer_dedup', ARRAY['consumer', 'biz_type', 'biz_key', 'source'], 'one claim per consumer, source and business key');
 SELECT col_not_null('outbox', 'consumer_dedup', 'processed_at', 'claims are time-stamped');
 
 SELECT has_function('outbox', 'enqueue', ARRAY['text', 'text', 'jsonb', 'text', 'jsonb', 'text'], 'enqueue signature');

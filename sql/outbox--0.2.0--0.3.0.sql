@@ -327,12 +327,13 @@ END $$;
 -- Claims are per source (the outbox_source header): event ids and
 -- business keys are unique within one database, not across several on
 -- one topic.  Claims made before keep source '' and still refuse a
--- duplicate of any source (outbox_claim looks for them).
+-- duplicate of any source (outbox_claim looks for them).  source last, as
+-- in outbox--0.3.0.sql: a claim without one looks under every source.
 ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
 ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey,
                                   DROP CONSTRAINT consumer_dedup_biz_key,
-                                  ADD CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, source, event_id),
-                                  ADD CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, source, biz_type, biz_key);
+                                  ADD CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, event_id, source),
+                                  ADD CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, biz_type, biz_key, source);
 
 CREATE FUNCTION outbox.claim(
     consumer text,

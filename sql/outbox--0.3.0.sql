@@ -214,13 +214,16 @@ CREATE TABLE outbox.consumer_dedup (
     biz_key      text,
     processed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     source       text        NOT NULL DEFAULT '',
-    CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, source, event_id),
-    CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, source, biz_type, biz_key)
+    CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, event_id, source),
+    CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, biz_type, biz_key, source)
 );
 
 -- source is the outbox_source header of the claimed event ('' for a claim
 -- made without one, as before 0.3.0): event ids and business keys are
--- unique per source, not across databases or clusters.
+-- unique per source, not across databases or clusters.  source comes last
+-- in both keys: a claim without one looks for the event id or business key
+-- under every source, and reads one range of the index for it, not every
+-- claim of the consumer.
 COMMENT ON TABLE outbox.consumer_dedup IS
     'Events a consumer has applied; written by outbox.claim() in the consumer''s transaction.';
 

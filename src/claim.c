@@ -9,24 +9,38 @@
  * outbox_source header: event ids and business keys are unique within one
  * database, so the claims of events of two databases on one topic must
  * not meet.  A claim without a source (the four-argument form, as before
- * 0.3.0) has source '', and a claim with one also counts those as its
- * own: upgrades keep what existing claims meant.  The claim commits or rolls back with the consumer's
- * business effect, so a failed attempt leaves nothing behind and the
- * redelivered event is applied then.  A claim held by a concurrent
- * uncommitted transaction makes the caller wait for its outcome.
+ * 0.3.0) has source '' and is a duplicate of a claim of any source; a
+ * claim with source S is a duplicate of one of S or of ''.  So upgrades
+ * keep what existing claims meant, and the old and new consumer instances
+ * of a rolling deploy never both apply an event.  The claim commits or
+ * rolls back with the consumer's business effect, so a failed attempt
+ * leaves nothing behind and the redelivered event is applied then.  A
+ * claim held by a concurrent uncommitted transaction, of either form,
+ * makes the caller wait for its outcome.
  *
  * src/claim.c
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 
 #include "outbox.h"
 
 #define CLAIM_ARGS 5
+
+/*
+ * pg_locks.objsubid of the claims' lock (an advisory lock tag's last
+ * field): pg_advisory_lock and its kin use 1 and 2, so an application's
+ * advisory locks never meet it.
+ */
+#define CLAIM_LOCK_FIELD4 0x6F62
 
 static const Oid claim_argtypes[CLAIM_ARGS] = {TEXTOID, INT8OID, TEXTOID,
 											   TEXTOID, TEXTOID};
@@ -34,12 +48,20 @@ static const Oid claim_argtypes[CLAIM_ARGS] = {TEXTOID, INT8OID, TEXTOID,
 /*
  * Without a source (the four-argument form, a NULL source) the statements
  * name only the columns of 0.2.0, so that a new library serves a database
- * not updated yet; source takes its default, ''.  No conflict target: a
- * clash on either unique key means "seen before".
+ * not updated yet; source takes its default, ''.  Seen before if a claim
+ * of any source has the event id or business key (on 0.2.0 every claim
+ * has source '').  No conflict target: a clash on either unique key means
+ * "seen before".
  */
 static const char *const claim_sql =
 	"INSERT INTO outbox.consumer_dedup (consumer, event_id, biz_type, biz_key)"
-	" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+	" SELECT $1, $2, $3, $4"
+	"  WHERE NOT EXISTS (SELECT FROM outbox.consumer_dedup"
+	"                     WHERE consumer OPERATOR(pg_catalog.=) $1"
+	"                       AND (event_id OPERATOR(pg_catalog.=) $2"
+	"                            OR (biz_type OPERATOR(pg_catalog.=) $3"
+	"                                AND biz_key OPERATOR(pg_catalog.=) $4)))"
+	" ON CONFLICT DO NOTHING";
 
 /*
  * With a source: seen before too if a claim made without one ('') has its
@@ -94,11 +116,25 @@ static SPIPlanPtr claimed_source_plan = NULL;
 
 static void check_claim_args(FunctionCallInfo fcinfo);
 static text *claim_source(FunctionCallInfo fcinfo);
+static void lock_claim_form(text *consumer, bool with_source);
+static bool claim_insert(Datum *values, char *nulls, bool with_source);
+static void lock_duplicate(Datum *values, char *nulls, bool with_source);
+static void execute_latest(SPIPlanPtr plan, Datum *values, char *nulls,
+						   int expected);
 
 PG_FUNCTION_INFO_V1(outbox_claim);
 
 /*
  * outbox_claim: SQL entry point, see the file header.
+ *
+ * Claims of one form meet through the unique keys: ON CONFLICT DO NOTHING
+ * waits for a concurrent uncommitted claim of the same key.  Claims of the
+ * two forms have different keys (their sources differ), so their NOT
+ * EXISTS looks for each other, and lock_claim_form makes one wait for the
+ * other form's uncommitted claims of the consumer first.  The look-up then
+ * reads the latest snapshot, not the caller's: under REPEATABLE READ the
+ * transaction's snapshot may predate the claim it waited for, or one
+ * committed since it began.
  */
 Datum
 outbox_claim(PG_FUNCTION_ARGS)
@@ -106,14 +142,10 @@ outbox_claim(PG_FUNCTION_ARGS)
 	Datum values[CLAIM_ARGS];
 	char nulls[CLAIM_ARGS];
 	text *source;
-	int nargs;
-	SPIPlanPtr plan;
-	int rc;
 	bool first;
 
 	check_claim_args(fcinfo);
 	source = claim_source(fcinfo);
-	nargs = source ? CLAIM_ARGS : CLAIM_ARGS - 1;
 	for (int i = 0; i < CLAIM_ARGS - 1; i++)
 	{
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
@@ -122,29 +154,93 @@ outbox_claim(PG_FUNCTION_ARGS)
 	nulls[CLAIM_ARGS - 1] = ' ';
 	values[CLAIM_ARGS - 1] = PointerGetDatum(source);
 
+	lock_claim_form(PG_GETARG_TEXT_PP(0), source != NULL);
 	SPI_connect();
-	plan = source ? outbox_keep_plan(&claim_source_plan, claim_source_sql,
-									 nargs, claim_argtypes, false)
-				  : outbox_keep_plan(&claim_plan, claim_sql, nargs,
-									 claim_argtypes, false);
-	rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "outbox claim failed: %s", SPI_result_code_string(rc));
-	first = (SPI_processed == 1);
+	first = claim_insert(values, nulls, source != NULL);
 	if (!first)
-	{
-		plan = source
-				   ? outbox_keep_plan(&claimed_source_plan, claimed_source_sql,
-									  nargs, claim_argtypes, false)
-				   : outbox_keep_plan(&claimed_plan, claimed_sql, nargs,
-									  claim_argtypes, false);
-		rc = SPI_execute_plan(plan, values, nulls, false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "outbox claim look-up failed: %s",
-				 SPI_result_code_string(rc));
-	}
+		lock_duplicate(values, nulls, source != NULL);
 	SPI_finish();
 	PG_RETURN_BOOL(first);
+}
+
+/*
+ * lock_claim_form: wait for the consumer's transactions that claim with
+ * the other form, and make the other form's wait for ours.
+ *
+ * One lock per database and consumer (its name hashed: a collision only
+ * adds waits), held to the transaction's end: ShareLock for a claim
+ * without a source, RowExclusiveLock for one with.  Each mode is
+ * compatible with itself and conflicts with the other, so a deployment
+ * with one form never waits on it, and the lock queue serves the forms in
+ * turn, neither starved.  Taken again in the same transaction it counts in
+ * the backend's local lock table only: a transaction of thousands of
+ * claims holds one lock-table entry.  A transaction that claims with both
+ * forms while another does may deadlock (40P01).
+ */
+static void
+lock_claim_form(text *consumer, bool with_source)
+{
+	LOCKTAG tag;
+	uint64 hash;
+
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(consumer),
+							   VARSIZE_ANY_EXHDR(consumer), 0);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, CLAIM_LOCK_FIELD4);
+	(void) LockAcquire(&tag, with_source ? RowExclusiveLock : ShareLock, false,
+					   false);
+}
+
+/*
+ * claim_insert: insert the claim unless one makes it a duplicate; true if
+ * it was inserted.
+ */
+static bool
+claim_insert(Datum *values, char *nulls, bool with_source)
+{
+	SPIPlanPtr plan;
+
+	plan = with_source
+			   ? outbox_keep_plan(&claim_source_plan, claim_source_sql,
+								  CLAIM_ARGS, claim_argtypes, false)
+			   : outbox_keep_plan(&claim_plan, claim_sql, CLAIM_ARGS - 1,
+								  claim_argtypes, false);
+	execute_latest(plan, values, nulls, SPI_OK_INSERT);
+	return SPI_processed == 1;
+}
+
+/*
+ * lock_duplicate: lock the claims that made ours a duplicate (see
+ * claimed_sql).
+ */
+static void
+lock_duplicate(Datum *values, char *nulls, bool with_source)
+{
+	SPIPlanPtr plan;
+
+	plan = with_source
+			   ? outbox_keep_plan(&claimed_source_plan, claimed_source_sql,
+								  CLAIM_ARGS, claim_argtypes, false)
+			   : outbox_keep_plan(&claimed_plan, claimed_sql, CLAIM_ARGS - 1,
+								  claim_argtypes, false);
+	execute_latest(plan, values, nulls, SPI_OK_SELECT);
+}
+
+/*
+ * execute_latest: run a claim statement under the latest snapshot, as
+ * PostgreSQL's foreign key checks do, so that it sees every claim
+ * committed before it started, and our own.
+ */
+static void
+execute_latest(SPIPlanPtr plan, Datum *values, char *nulls, int expected)
+{
+	int rc;
+
+	rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
+							  InvalidSnapshot, false, true, 0);
+	if (rc != expected)
+		elog(ERROR, "outbox claim statement failed: %s",
+			 SPI_result_code_string(rc));
 }
 
 /*
