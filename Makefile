@@ -23,7 +23,7 @@ REGRESS      = setup enqueue claim privileges settings operations contract resto
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
-ISOLATION      = enqueue_same_key claim_concurrent claim_forms purge_locked stats_late_xid
+ISOLATION      = enqueue_same_key claim_concurrent claim_forms purge_locked stats_late_xid discard_locked
 ISOLATION_OPTS = --inputdir=test --load-extension=outbox
 
 # The functions are tiny; JIT bitcode would only add a clang dependency.

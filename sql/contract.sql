@@ -8,7 +8,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 RESET client_min_messages;
 BEGIN;
-SELECT plan(64);
+SELECT plan(72);
 
 SELECT has_schema('outbox');
 SELECT has_table('outbox', 'event_log', 'event_log table');
@@ -110,6 +110,18 @@ SELECT has_function('outbox', 'resume', '{}'::text[], 'resume()');
 SELECT function_returns('outbox', 'replay', ARRAY['bigint'], 'boolean', 'replay(event_id) returns boolean');
 SELECT function_returns('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'bigint', 'replay_dead returns a count');
 SELECT function_privs_are('outbox', 'replay_dead', ARRAY['text', 'timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot replay');
+SELECT function_returns('outbox', 'discard', ARRAY['bigint'], 'boolean', 'discard(event_id) returns boolean');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.discard(bigint)'::regprocedure),
+    ARRAY['event_id'], 'discard parameter name, replay''s');
+SELECT is_definer('outbox', 'discard', ARRAY['bigint'], 'discard runs with the owner''s rights');
+SELECT function_privs_are('outbox', 'discard', ARRAY['bigint'], 'public', '{}'::text[], 'PUBLIC cannot discard');
+SELECT function_returns('outbox', 'discard_dead', ARRAY['text', 'timestamp with time zone'], 'bigint', 'discard_dead returns a count');
+SELECT is(
+    (SELECT proargnames FROM pg_proc WHERE oid = 'outbox.discard_dead(text,timestamptz)'::regprocedure),
+    ARRAY['biz_type', 'since'], 'discard_dead parameter names, replay_dead''s');
+SELECT function_privs_are('outbox', 'discard_dead', ARRAY['text', 'timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot discard in bulk');
+SELECT throws_ok($$SELECT outbox.discard(NULL)$$, '22004', 'event_id must not be null', 'null event_id to discard: 22004');
 SELECT function_returns('outbox', 'resend', ARRAY['timestamp with time zone'], 'bigint', 'resend(since) returns a count');
 SELECT is_definer('outbox', 'resend', ARRAY['timestamp with time zone'], 'resend runs with the owner''s rights');
 SELECT function_privs_are('outbox', 'resend', ARRAY['timestamp with time zone'], 'public', '{}'::text[], 'PUBLIC cannot resend');

@@ -1,4 +1,4 @@
--- Operations: stats, dead letters and replay, pause and resume, retention,
+-- Operations: stats, dead letters, replay and discard, pause and resume, retention,
 -- and who may use them.  No relay runs here: delivery states are set by
 -- hand, as the relay would set them.
 
@@ -85,18 +85,21 @@ SELECT count(*) AS state_rows_of_removed FROM outbox.event_state s
  WHERE NOT EXISTS (SELECT 1 FROM outbox.event_log l WHERE l.id = s.id);
 SELECT event_id FROM outbox.consumer_dedup;
 
--- Only an operator may look, pause, resume or replay.
+-- Only an operator may look, pause, resume, replay or discard.
 CREATE ROLE outbox_ops_nobody;
 CREATE ROLE outbox_ops_operator;
 GRANT USAGE ON SCHEMA outbox TO outbox_ops_nobody, outbox_ops_operator;
 GRANT SELECT ON outbox.stats, outbox.dead_letters, outbox.events TO outbox_ops_operator;
 GRANT EXECUTE ON FUNCTION outbox.relay_status(), outbox.pause(), outbox.resume(),
-      outbox.replay(bigint), outbox.replay_dead(text, timestamptz) TO outbox_ops_operator;
+      outbox.replay(bigint), outbox.replay_dead(text, timestamptz),
+      outbox.discard(bigint), outbox.discard_dead(text, timestamptz) TO outbox_ops_operator;
 SET ROLE outbox_ops_nobody;
 SELECT err($$SELECT outbox.pause()$$);
 SELECT err($$SELECT outbox.resume()$$);
 SELECT err($$SELECT outbox.replay(1)$$);
 SELECT err($$SELECT outbox.replay_dead()$$);
+SELECT err($$SELECT outbox.discard(1)$$);
+SELECT err($$SELECT outbox.discard_dead()$$);
 SELECT err($$SELECT * FROM outbox.stats$$);
 SELECT err($$SELECT * FROM outbox.relay_status()$$);
 SELECT err($$SELECT * FROM outbox.dead_letters$$);
@@ -107,6 +110,7 @@ SET ROLE outbox_ops_operator;
 SELECT outbox.pause();
 SELECT outbox.resume();
 SELECT outbox.replay_dead() AS replayed;
+SELECT outbox.discard(-1) AS discarded, outbox.discard_dead() AS discarded_in_bulk;
 SELECT backlog >= 0 AS stats_readable FROM outbox.stats;
 SELECT count(*) AS dead FROM outbox.dead_letters;
 SELECT err($$SELECT outbox._purge(interval '1 hour', interval '1 hour', 1)$$);
@@ -174,3 +178,91 @@ SELECT backlog, max_delay_sec BETWEEN 7200 AND 7260 AS delay_from_late, retrying
 -- Dead, it no longer counts: the oldest unsent is a young one.
 UPDATE outbox.event_state SET status = 'dead';
 SELECT backlog, max_delay_sec < 600 AS delay_from_young, dead, retrying FROM outbox.stats;
+
+-- discard: a dead event goes for good, with its state row, and its
+-- business key is free again.  Kept, it answers a retried enqueue with its
+-- own dead id, so nothing is sent; discarded, the same enqueue makes a new
+-- event, unsent ('new'), which the relay sends by the window path.  Only a
+-- dead event: any other is left alone and the answer is false, as
+-- replay's.
+TRUNCATE outbox.event_log, outbox.event_state;
+SELECT count(outbox.enqueue('Discard', 'd-' || i, jsonb_build_object('v', i), topic => 'ops', msg_key => 'K'))
+  FROM generate_series(1, 5) i;
+SELECT pg_temp.mark_all_sent();
+-- d-1 dead, d-2 waiting for a retry, d-3 in flight one by one, d-4 sent
+-- on a retry, d-5 sent at once (no state row).
+INSERT INTO outbox.event_state (id, status, attempts, last_error)
+SELECT id, CASE biz_key WHEN 'd-1' THEN 'dead' WHEN 'd-2' THEN 'new' WHEN 'd-3' THEN 'sending' ELSE 'sent' END,
+       3, 'Broker: Message size too large'
+  FROM outbox.event_log WHERE biz_key IN ('d-1', 'd-2', 'd-3', 'd-4');
+SELECT id AS dead_id FROM outbox.dead_letters \gset
+SELECT outbox.enqueue('Discard', 'd-1', '{"v": 1}', topic => 'ops', msg_key => 'K') = :dead_id AS enqueue_gets_dead_id;
+SELECT dead, backlog FROM outbox.stats;
+
+SELECT outbox.discard(id) AS discarded_not_dead, biz_key, status
+  FROM outbox.events WHERE biz_key <> 'd-1' ORDER BY biz_key;
+SELECT outbox.discard(:dead_id) AS discarded;
+SELECT (SELECT count(*) FROM outbox.event_log WHERE id = :dead_id) AS event_rows,
+       (SELECT count(*) FROM outbox.event_state WHERE id = :dead_id) AS state_rows,
+       (SELECT count(*) FROM outbox.dead_letters) AS dead_letters;
+SELECT dead, backlog FROM outbox.stats;
+SELECT outbox.discard(:dead_id) AS discarded_again;
+SELECT outbox.discard(-1) AS discarded_unknown;
+SELECT err($$SELECT outbox.discard(NULL)$$);
+
+-- The key is free: a new event, unsent, counted in the backlog.
+SELECT outbox.enqueue('Discard', 'd-1', '{"v": 1}', topic => 'ops', msg_key => 'K') AS new_id \gset
+SELECT :new_id > :dead_id AS new_id, status, attempts, last_error FROM outbox.events WHERE biz_key = 'd-1';
+SELECT dead, backlog FROM outbox.stats;
+SELECT biz_key, status FROM outbox.events ORDER BY biz_key;
+
+-- Rolled back, a discard leaves the event dead, its key taken.
+INSERT INTO outbox.event_state (id, status, attempts, updated_at) VALUES (:new_id, 'dead', 3, now() - interval '1 hour');
+BEGIN;
+SELECT outbox.discard(:new_id) AS discarded;
+ROLLBACK;
+SELECT outbox.enqueue('Discard', 'd-1', '{"v": 1}', topic => 'ops', msg_key => 'K') = :new_id AS key_still_taken;
+
+-- Each discard leaves one LOG line naming the event (its DETAIL names its
+-- keys, attempts, last error and the session's role).
+INSERT INTO outbox.event_log (id, biz_type, biz_key, topic, msg_key, payload)
+VALUES (990001, 'Discard', 'logged', 'ops.logged', 'L', '{}');
+INSERT INTO outbox.event_state (id, status, attempts, last_error) VALUES (990001, 'dead', 10, 'Broker: Invalid record');
+\set VERBOSITY terse
+SET client_min_messages = log;
+SELECT outbox.discard(990001) AS discarded;
+RESET client_min_messages;
+\set VERBOSITY default
+
+-- discard_dead: in bulk, by biz_type and by time of death, as replay_dead.
+SELECT count(outbox.enqueue('Bulk', 'b-' || i, '{}', topic => 'ops')) FROM generate_series(1, 3) i;
+INSERT INTO outbox.event_state (id, status, attempts, updated_at)
+SELECT id, 'dead', 3, now() - interval '1 hour' FROM outbox.event_log WHERE biz_type = 'Bulk';
+UPDATE outbox.event_state SET updated_at = now() WHERE id = (SELECT id FROM outbox.event_log WHERE biz_key = 'b-3');
+SELECT outbox.discard_dead(biz_type => 'NoSuchType') AS none_of_that_type;
+SELECT outbox.discard_dead(since => now() - interval '10 minutes') AS died_recently;
+SELECT outbox.discard_dead('Bulk') AS discarded;
+SELECT outbox.discard_dead() AS discarded_the_rest;
+SELECT biz_type, count(*) FROM outbox.event_log GROUP BY 1 ORDER BY 1;
+SELECT count(*) AS dead_letters FROM outbox.dead_letters;
+
+-- A role granted discard (and only that) may discard; one without gets
+-- 42501.
+INSERT INTO outbox.event_state (id, status, attempts)
+SELECT id, 'dead', 3 FROM outbox.event_log WHERE biz_key = 'd-5';
+CREATE ROLE outbox_ops_discarder;
+CREATE ROLE outbox_ops_other;
+GRANT USAGE ON SCHEMA outbox TO outbox_ops_discarder, outbox_ops_other;
+GRANT EXECUTE ON FUNCTION outbox.discard(bigint) TO outbox_ops_discarder;
+SELECT id AS d5_id FROM outbox.event_log WHERE biz_key = 'd-5' \gset
+SET ROLE outbox_ops_other;
+SELECT err(format($$SELECT outbox.discard(%s)$$, :d5_id));
+SELECT err($$SELECT outbox.discard_dead()$$);
+RESET ROLE;
+SET ROLE outbox_ops_discarder;
+SELECT outbox.discard(:d5_id) AS discarded;
+SELECT err($$DELETE FROM outbox.event_log$$);
+RESET ROLE;
+SELECT count(*) AS d5_rows FROM outbox.event_log WHERE biz_key = 'd-5';
+DROP OWNED BY outbox_ops_discarder, outbox_ops_other;
+DROP ROLE outbox_ops_discarder, outbox_ops_other;

@@ -336,7 +336,7 @@ SELECT l.id, l.biz_type, l.biz_key, l.topic, l.msg_key, l.payload, l.headers,
  WHERE s.status OPERATOR(pg_catalog.=) 'dead';
 
 COMMENT ON VIEW outbox.dead_letters IS
-    'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again.';
+    'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again, outbox.discard() removes them.';
 
 -- Set the relay's latch when the calling transaction commits.
 CREATE FUNCTION outbox._wake_at_commit() RETURNS void
@@ -526,7 +526,7 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION outbox.replay(bigint) IS
-    'Send a dead event again, with attempts reset and the same id; false if it is not dead.';
+    'Send a dead event again, with attempts reset and the same id; false if it is not dead. It reaches Kafka after the events of its key sent while it was dead, before those not sent yet.';
 
 CREATE FUNCTION outbox.replay_dead(biz_type text DEFAULT NULL, since timestamptz DEFAULT NULL)
 RETURNS bigint
@@ -551,7 +551,88 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION outbox.replay_dead(text, timestamptz) IS
-    'Send again every dead event (of biz_type, dead since since); returns how many.';
+    'Send again every dead event (of biz_type, dead since since), each as replay() does; returns how many.';
+
+-- Dead letters an operator is done with.  discard removes a dead event for
+-- good, and its event_state row: the business key is free again, so an
+-- enqueue of it makes a new event (a new id), which is sent.  While the
+-- dead event is kept, that enqueue gets the dead id back and nothing goes.
+-- Only a dead event: any other is the relay's (retention removes the sent
+-- ones), and discard says false for it, as replay does.
+--
+-- Locks: the event, then its state, in the order retention and resend
+-- take them.  FOR UPDATE rechecks the row it waited for: a replay that
+-- committed meanwhile (the event 'new' again, perhaps in the relay's
+-- hands) makes the answer false.  The relay reads only 'new' and
+-- 'sending' rows, and any writer of a state row holds its lock, so
+-- nothing the relay does meets a half-discarded event.  A producer whose
+-- enqueue got the dead id holds FOR KEY SHARE on the event until its
+-- transaction ends: discard waits for it (it was told the event exists).
+--
+-- The trace is one LOG line per event, beside the one the relay wrote when
+-- it died: id, topic, keys, attempts, last error and role, not the
+-- payload.  Not a table: it would need its own retention, grants and dump,
+-- and would keep what the operator chose to remove; to keep a copy, insert
+-- the event's outbox.dead_letters row elsewhere first (docs/operations.md).
+CREATE FUNCTION outbox.discard(event_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    e record;
+BEGIN
+    IF discard.event_id IS NULL THEN
+        RAISE EXCEPTION 'event_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    SELECT l.id, l.topic, l.msg_key, l.biz_type, l.biz_key, s.attempts, s.last_error INTO e
+      FROM outbox.event_log l JOIN outbox.event_state s ON s.id OPERATOR(pg_catalog.=) l.id
+     WHERE l.id OPERATOR(pg_catalog.=) discard.event_id
+       AND s.status OPERATOR(pg_catalog.=) 'dead'
+       FOR UPDATE OF l, s;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM outbox.event_state s WHERE s.id OPERATOR(pg_catalog.=) e.id;
+    DELETE FROM outbox.event_log l WHERE l.id OPERATOR(pg_catalog.=) e.id;
+    RAISE LOG USING
+        MESSAGE = pg_catalog.format('outbox: dead event %s of topic "%s" discarded', e.id, e.topic),
+        DETAIL = pg_catalog.format(
+            'Its biz_type was "%s", its biz_key "%s" and its msg_key "%s"; it was dead after %s '
+            'failed attempts, the last: %s.  Role "%s" discarded it.',
+            e.biz_type, e.biz_key, e.msg_key, e.attempts,
+            COALESCE(e.last_error, 'unknown'), session_user);
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION outbox.discard(bigint) IS
+    'Remove a dead event for good, so that its business key is free for a new enqueue; false if it is not dead. Logged.';
+
+CREATE FUNCTION outbox.discard_dead(biz_type text DEFAULT NULL, since timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    dead_id pg_catalog.int8;
+    n  pg_catalog.int8 := 0;
+BEGIN
+    FOR dead_id IN
+        SELECT s.id
+          FROM outbox.event_state s JOIN outbox.event_log l ON l.id OPERATOR(pg_catalog.=) s.id
+         WHERE s.status OPERATOR(pg_catalog.=) 'dead'
+           AND (discard_dead.biz_type IS NULL OR l.biz_type OPERATOR(pg_catalog.=) discard_dead.biz_type)
+           AND (discard_dead.since IS NULL OR s.updated_at OPERATOR(pg_catalog.>=) discard_dead.since)
+         ORDER BY s.id
+    LOOP
+        IF outbox.discard(dead_id) THEN
+            n := n OPERATOR(pg_catalog.+) 1;
+        END IF;
+    END LOOP;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION outbox.discard_dead(text, timestamptz) IS
+    'Remove every dead event (of biz_type, dead since since), each as discard() does; returns how many.';
 
 -- One bounded round of retention, run by the relay: sent events older
 -- than sent_retention and claims older than dedup_retention, at most

@@ -230,6 +230,50 @@ t_replay_after_fault() {
     expect "attempts after replay" "$(sql "SELECT max(attempts) FROM outbox.events WHERE topic = '$topic'")" 0
 }
 
+# Dead letters, to the end.  A dead event does not hold its key: a later
+# event of the key is delivered while it is dead.  Replayed, it arrives
+# after that one and before the event of its key enqueued in the replay's
+# transaction (it waits behind the replayed one, as behind a retry).
+# Another dead event answers a retried enqueue with its own id until it is
+# discarded: then the same enqueue makes a new event, which is delivered,
+# and the log names what was discarded.
+t_dead_letters_discard() {
+    local topic=mock.discard out=$IT_TMP/discard.tsv gone new
+    mock create $topic 1
+    mock produce-errors 1000 10    # MESSAGE_TOO_LARGE: refused, not retriable
+    sql "SELECT outbox.enqueue('T', 'dl-1', jsonb_build_object('seq', 1), topic => '$topic', msg_key => 'K'),
+                outbox.enqueue('T', 'dl-gone', jsonb_build_object('seq', 0), topic => '$topic', msg_key => 'G')" >/dev/null
+    wait_until 30 "SELECT count(*) = 2 FROM outbox.dead_letters WHERE topic = '$topic'" \
+        || { fail "events not dead: $(sql "SELECT string_agg(status || '/' || attempts, ' ') FROM outbox.events WHERE topic = '$topic'")"; return; }
+    mock clear
+    sql "SELECT outbox.enqueue('T', 'dl-2', jsonb_build_object('seq', 2), topic => '$topic', msg_key => 'K')" >/dev/null
+    wait_until 20 "SELECT status = 'sent' FROM outbox.events WHERE biz_key = 'dl-2'" \
+        || fail "a later event of a dead event's key was held back"
+    sql "BEGIN;
+         SELECT outbox.replay(id) FROM outbox.dead_letters WHERE biz_key = 'dl-1';
+         SELECT outbox.enqueue('T', 'dl-3', jsonb_build_object('seq', 3), topic => '$topic', msg_key => 'K');
+         COMMIT" >/dev/null
+
+    gone=$(sql "SELECT id FROM outbox.dead_letters WHERE biz_key = 'dl-gone'")
+    expect "a retried enqueue of the dead event" \
+        "$(sql "SELECT outbox.enqueue('T', 'dl-gone', jsonb_build_object('seq', 0), topic => '$topic', msg_key => 'G')")" "$gone"
+    LOG_MARK=$(log_mark)
+    expect "discarded" "$(sql "SELECT outbox.discard($gone)")" t
+    log_shows "LOG:  outbox: dead event $gone of topic \"$topic\" discarded"
+    log_shows "DETAIL:  Its biz_type was \"T\", its biz_key \"dl-gone\" and its msg_key \"G\"; it was dead after 3 failed attempts, the last: Broker: Message size too large\.  Role \"[^\"]+\" discarded it\."
+    new=$(sql "SELECT outbox.enqueue('T', 'dl-gone', jsonb_build_object('seq', 0), topic => '$topic', msg_key => 'G')")
+    [ "${new:-0}" -gt "${gone:-0}" ] || fail "the enqueue after the discard gave id $new, not a new one (the dead one was $gone)"
+
+    wait_until 20 "$(all_sent $topic 4)" \
+        || fail "not all sent: $(sql "SELECT string_agg(biz_key || ':' || status, ' ' ORDER BY id) FROM outbox.events WHERE topic = '$topic'")"
+    mock_consume $topic 100 20000 3000 >"$out"
+    expect "K's arrival order: the replayed event after its key's event sent while it was dead" \
+        "$(grep -P '\tK\t' "$out" | cut -f6 | tr '\n' ' ')" '{"seq":2} {"seq":1} {"seq":3} '
+    load_consumed got_discard "$out"
+    expect "G's events in Kafka" "$(sql "SELECT string_agg(event_id::text, ' ') FROM got_discard WHERE key = 'G'")" "$new"
+    expect "dead letters left" "$(sql "SELECT count(*) FROM outbox.dead_letters WHERE topic = '$topic'")" 0
+}
+
 # A burst of refusals on a few keys: once the broker accepts again, the
 # events queued behind each key's failed one drain in a few rounds, not
 # one event per key per outbox.poll_interval.
