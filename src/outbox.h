@@ -9,6 +9,7 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "port/atomics.h"
@@ -133,7 +134,10 @@ typedef struct OutboxShared
 	bool created_more; /* more than fit: look everywhere */
 	int nwaiting;      /* databases without a relay, that want one */
 	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
-	int nslots; /* outbox.max_relays */
+	/* The incarnation events are enqueued in (incarnation.c), 0 if none. */
+	uint64 incarnation;
+	TimeLineID incarnation_timeline; /* the timeline it was drawn on */
+	int nslots;                      /* outbox.max_relays */
 	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
@@ -176,6 +180,7 @@ extern int outbox_alert_delay;
 extern OutboxShared *outbox_shared;
 extern OutboxRelaySlot *outbox_my_relay;
 extern void outbox_shmem_init(void);
+extern uint64 outbox_shared_incarnation(TimeLineID timeline, uint64 candidate);
 extern void outbox_wake_init(void);
 extern void outbox_wake_relay_at_commit(void);
 extern void outbox_events_at_commit(void);

@@ -20,7 +20,7 @@ t_delivery() {
            AND g.value::jsonb = l.payload
            AND g.value !~ '\": |, '
            AND g.headers = 'event_id=' || l.id || ',biz_type=' || l.biz_type || ',biz_key=' || l.biz_key
-                           || ',outbox_source=' || (SELECT source FROM outbox.relay_cursor)
+                           || ',outbox_source=' || $(source_of l)
                            || ',tenant=acme,traceparent=' || (l.headers->>'traceparent')")" 50
     expect "distinct events" "$(sql "SELECT count(DISTINCT event_id) FROM got_delivery")" 50
     wait_until 10 "$(all_sent $topic 50)" || fail "events not all marked sent"
