@@ -92,7 +92,7 @@ $guard$;
 CREATE SEQUENCE outbox.event_id_seq;
 
 -- The server's current incarnation (src/incarnation.c): drawn anew at
--- every start and timeline change, stored with each event, and named in
+-- every start of the server, stored with each event, and named in
 -- its outbox_source header, so that no two events share an identity
 -- across a failover, a restore or a split brain.
 CREATE FUNCTION outbox._incarnation() RETURNS bigint

@@ -10,25 +10,23 @@
  * to a point in time or from a base backup while the original had sent
  * more, either side of a split brain.  Kafka would then hold two
  * different events under one (source, event id), and a consumer claiming
- * by them would skip the second.  Every fork of a history starts a server
- * (a restore, a restart) or changes its WAL timeline (a promotion, the
- * end of a recovery to a point in time), so a random number drawn anew
- * whenever shared memory is made or the timeline is not the one it was
- * drawn on tells the forks apart.  An event keeps the incarnation it was
- * enqueued in, so sent again by any server it keeps its identity.
- * Events stored before 0.3.0 have 0, and their header stays the source
- * alone.
+ * by them would skip the second.  So shared memory, made anew at every
+ * start of the server and every restart after a crash, holds a random
+ * number drawn then, and each event stores it.  Two events that share it
+ * were enqueued by one running server, whose history never forks: the
+ * fork is another server's, or comes through a start (a restore, a
+ * rewound primary), and a standby, which cannot write, enqueues nothing
+ * before its promotion.  An event keeps the incarnation it was enqueued
+ * in, so sent again by any server it keeps its identity.  Events stored
+ * before 0.3.0 have 0, and their header stays the source alone.
  *
  * src/incarnation.c
  */
 #include "postgres.h"
 
-#include "access/xlog.h"
 #include "fmgr.h"
 
 #include "outbox.h"
-
-static uint64 draw(void);
 
 PG_FUNCTION_INFO_V1(outbox_incarnation);
 
@@ -41,33 +39,20 @@ Datum
 outbox_incarnation(PG_FUNCTION_ARGS)
 {
 	static uint64 own = 0;
-	TimeLineID timeline;
-	uint64 incarnation;
 
-	if (RecoveryInProgress())
-		ereport(ERROR, (errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-						errmsg("cannot enqueue an event during recovery")));
-	if (outbox_shared == NULL)
-	{
-		if (own == 0)
-			own = draw();
-		PG_RETURN_INT64((int64) own);
-	}
-	/* Drawn only when there is none: a read of /dev/urandom per event
-	 * would cost enqueue. */
-	timeline = GetWALInsertionTimeLine();
-	incarnation = outbox_shared_incarnation(timeline, 0);
-	if (incarnation == 0)
-		incarnation = outbox_shared_incarnation(timeline, draw());
-	PG_RETURN_INT64((int64) incarnation);
+	if (outbox_shared != NULL)
+		PG_RETURN_INT64((int64) outbox_shared->incarnation);
+	if (own == 0)
+		own = outbox_draw_incarnation();
+	PG_RETURN_INT64((int64) own);
 }
 
 /*
- * draw: a random incarnation, positive (it is stored as bigint and
- * written in hex) and never 0, which means "before 0.3.0".
+ * outbox_draw_incarnation: a random incarnation, positive (it is stored
+ * as bigint and written in hex) and never 0, which means "before 0.3.0".
  */
-static uint64
-draw(void)
+uint64
+outbox_draw_incarnation(void)
 {
 	uint64 value = 0;
 

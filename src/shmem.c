@@ -135,34 +135,6 @@ outbox_wake_relay(bool only_if_relaying)
 }
 
 /*
- * outbox_shared_incarnation: the incarnation of this server's life on
- * timeline.  If none was drawn on that timeline since shared memory was
- * made (the server's start, or its restart after a crash), candidate
- * becomes it; a candidate of 0 only looks, and then 0 means none.
- */
-uint64
-outbox_shared_incarnation(TimeLineID timeline, uint64 candidate)
-{
-	uint64 incarnation;
-
-	SpinLockAcquire(&outbox_shared->mutex);
-	if (outbox_shared->incarnation == 0 ||
-		outbox_shared->incarnation_timeline != timeline)
-	{
-		if (candidate == 0)
-		{
-			SpinLockRelease(&outbox_shared->mutex);
-			return 0;
-		}
-		outbox_shared->incarnation = candidate;
-		outbox_shared->incarnation_timeline = timeline;
-	}
-	incarnation = outbox_shared->incarnation;
-	SpinLockRelease(&outbox_shared->mutex);
-	return incarnation;
-}
-
-/*
  * wake_launcher: set the launcher's latch, if it runs, and have it look
  * again at this database, where the extension was created.  Only this
  * one: looking at every database costs a process each.
@@ -363,6 +335,7 @@ shmem_startup(void)
 	{
 		memset(outbox_shared, 0, shmem_size());
 		SpinLockInit(&outbox_shared->mutex);
+		outbox_shared->incarnation = outbox_draw_incarnation();
 		pg_atomic_init_u64(&outbox_shared->launcher, 0);
 		outbox_shared->nslots = outbox_max_relays;
 		for (int i = 0; i < outbox_max_relays; i++)
