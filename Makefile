@@ -10,7 +10,7 @@ OBJS       = src/outbox.o src/shmem.o src/validate.o src/json_compact.o src/plan
              src/enqueue.o src/claim.o src/launcher.o src/worker.o \
              src/first_sends.o src/retries.o src/housekeeping.o src/flight.o \
              src/batch.o src/event_state.o src/step.o src/status.o src/kafka.o \
-             src/redact.o src/kafka_scrub.o src/kafka_deadline.o src/exactly_once.o src/kafka_txn.o src/utility.o \
+             src/redact.o src/kafka_scrub.o src/kafka_deadline.o src/exactly_once.o src/kafka_txn.o src/utility.o src/incarnation.o \
              src/db_settings.o src/sender.o src/progress_record.o \
              src/kafka_conf_help.o
 DATA       = $(wildcard sql/outbox--*.sql)

@@ -111,9 +111,9 @@ SELECT outbox.enqueue('T', 'k-inner', '{}', topic => 'a__b') IS NOT NULL AS inne
 -- JSON text, the message key, the header names and values with their
 -- lengths (one byte each here), and the relay's own: 36 bytes of framing,
 -- event_id (29 bytes at most), biz_type and biz_key (names, values and
--- two bytes each), outbox_source (51): 141 for biz_type 'T' and a biz_key
+-- two bytes each), outbox_source (68): 158 for biz_type 'T' and a biz_key
 -- of 5 bytes.
-SET outbox.max_payload_size = '205B';
+SET outbox.max_payload_size = '222B';
 SELECT err(format('SELECT outbox.enqueue(%L, %L, %L)', 'T', 'big', json_build_object('s', repeat('x', 60))));
 SELECT outbox.enqueue('T', 'fits', json_build_object('s', repeat('x', 50))::jsonb) IS NOT NULL AS fits;
 -- Exactly at the limit fits (59 bytes of payload, a key of 5, 141 more);
@@ -198,7 +198,7 @@ SELECT err($$SELECT outbox.enqueue_bytes('Raw', '', '\x00')$$);
 SELECT err($$SELECT outbox.enqueue_bytes('Raw', 'b-2', '\x00', topic => 'a/b')$$);
 SELECT err($$SELECT outbox.enqueue_bytes('Raw', 'b-2', '\x00', headers => '{"event_id": "1"}')$$);
 -- Size counts the bytes as they are, with the key and headers.
-SET outbox.max_payload_size = '205B';
+SET outbox.max_payload_size = '222B';
 SELECT outbox.enqueue_bytes('Raw', 'b-exact', decode(repeat('00', 53), 'hex')) IS NOT NULL AS exact_fits;
 SELECT err(format('SELECT outbox.enqueue_bytes(%L, %L, %L::bytea)', 'Raw', 'b-over', decode(repeat('00', 56), 'hex')));
 SELECT err(format('SELECT outbox.enqueue_bytes(%L, %L, %L::bytea, headers => %L)', 'Raw', 'b-hd', '\x00',

@@ -234,6 +234,17 @@ ALTER TABLE outbox.event_log
     ADD CONSTRAINT event_log_one_payload
         CHECK ((payload IS NULL) OPERATOR(pg_catalog.<>) (payload_bytes IS NULL));
 
+-- Each event's incarnation (src/incarnation.c).  Those kept from before
+-- have 0 and keep the outbox_source they had; the constant default makes
+-- the column without rewriting the table, the function's takes over for
+-- new rows.
+CREATE FUNCTION outbox._incarnation() RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'outbox_incarnation';
+REVOKE ALL ON FUNCTION outbox._incarnation() FROM PUBLIC;
+ALTER TABLE outbox.event_log ADD COLUMN incarnation bigint NOT NULL DEFAULT 0;
+ALTER TABLE outbox.event_log ALTER COLUMN incarnation SET DEFAULT outbox._incarnation();
+
 CREATE FUNCTION outbox.enqueue_bytes(
     biz_type text,
     biz_key  text,

@@ -91,6 +91,15 @@ $guard$;
 
 CREATE SEQUENCE outbox.event_id_seq;
 
+-- The server's current incarnation (src/incarnation.c): drawn anew at
+-- every start of the server, stored with each event, and named in
+-- its outbox_source header, so that no two events share an identity
+-- across a failover, a restore or a split brain.
+CREATE FUNCTION outbox._incarnation() RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'outbox_incarnation';
+REVOKE ALL ON FUNCTION outbox._incarnation() FROM PUBLIC;
+
 CREATE TABLE outbox.event_log (
     id          bigint      NOT NULL
                             DEFAULT pg_catalog.nextval('outbox.event_id_seq'::pg_catalog.regclass),
@@ -105,6 +114,8 @@ CREATE TABLE outbox.event_log (
     -- The payload enqueue_bytes took, sent byte for byte (the JSON one is
     -- NULL then).  Last, where 0.3.0's upgrade adds it.
     payload_bytes bytea,
+    -- The incarnation the event was enqueued in (0: before 0.3.0).
+    incarnation bigint      NOT NULL DEFAULT outbox._incarnation(),
     CONSTRAINT event_log_pkey PRIMARY KEY (id),
     CONSTRAINT event_log_biz_key UNIQUE (biz_type, biz_key),
     CONSTRAINT event_log_one_payload

@@ -28,6 +28,7 @@
 #include "relay.h"
 
 static void make_message(OutboxMessage *msg, const BatchRow *row);
+static const char *event_source(int64 incarnation);
 static void make_value(OutboxMessage *msg, const BatchRow *row, bool debezium);
 static void add_user_headers(OutboxMessage *msg, Jsonb *headers);
 static bool is_relay_header(const OutboxMessage *msg, const char *name, int len);
@@ -294,11 +295,27 @@ make_message(OutboxMessage *msg, const BatchRow *row)
 	msg->header_names[2] = "biz_key";
 	msg->header_values[2] = column_text(row, BATCH_COL_BIZ_KEY);
 	msg->header_names[3] = "outbox_source";
-	msg->header_values[3] = relay_source();
+	msg->header_values[3] =
+		event_source(DatumGetInt64(row->values[BATCH_COL_INCARNATION - 1]));
 	msg->nheaders = OUTBOX_RELAY_HEADERS;
 	if (!row->nulls[BATCH_COL_HEADERS - 1])
 		add_user_headers(msg,
 						 DatumGetJsonbP(row->values[BATCH_COL_HEADERS - 1]));
+}
+
+/*
+ * event_source: the outbox_source header of an event of incarnation
+ * (incarnation.c): the database's source, and the incarnation in 16 hex
+ * digits after a slash; the source alone for an event stored before
+ * 0.3.0 (0), as it was sent then.
+ */
+static const char *
+event_source(int64 incarnation)
+{
+	if (incarnation == 0)
+		return relay_source();
+	return psprintf("%s/%016llx", relay_source(),
+					(unsigned long long) incarnation);
 }
 
 /*

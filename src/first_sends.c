@@ -100,7 +100,7 @@ static const char *const window_sql =
  */
 static const char *const part_sql =
 	"SELECT l.id, l.topic, l.msg_key, l.payload, l.payload_bytes, l.headers,"
-	"       l.biz_type, l.biz_key, l.tx"
+	"       l.biz_type, l.biz_key, l.incarnation, l.tx"
 	"  FROM outbox.event_log l"
 	" WHERE ROW(l.tx, l.id) OPERATOR(pg_catalog.>) ROW($1, $2)"
 	"   AND l.tx OPERATOR(pg_catalog.<) $3"

@@ -133,7 +133,8 @@ typedef struct OutboxShared
 	bool created_more; /* more than fit: look everywhere */
 	int nwaiting;      /* databases without a relay, that want one */
 	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
-	int nslots; /* outbox.max_relays */
+	uint64 incarnation; /* events' incarnation (incarnation.c), set once */
+	int nslots;         /* outbox.max_relays */
 	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
@@ -176,6 +177,7 @@ extern int outbox_alert_delay;
 extern OutboxShared *outbox_shared;
 extern OutboxRelaySlot *outbox_my_relay;
 extern void outbox_shmem_init(void);
+extern uint64 outbox_draw_incarnation(void);
 extern void outbox_wake_init(void);
 extern void outbox_wake_relay_at_commit(void);
 extern void outbox_events_at_commit(void);

@@ -49,9 +49,10 @@
 #define BATCH_COL_HEADERS 6
 #define BATCH_COL_BIZ_TYPE 7
 #define BATCH_COL_BIZ_KEY 8
-#define BATCH_COL_TX 9       /* first sends only */
-#define BATCH_COL_ATTEMPTS 9 /* retries only */
-#define BATCH_MAX_COLS 10
+#define BATCH_COL_INCARNATION 9
+#define BATCH_COL_TX 10       /* first sends only */
+#define BATCH_COL_ATTEMPTS 10 /* retries only */
+#define BATCH_MAX_COLS 11
 
 /*
  * One batch row, its columns taken apart once: reading them one by one

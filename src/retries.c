@@ -20,14 +20,14 @@
 #include "outbox.h"
 #include "relay.h"
 
-#define RETRY_COL_DUE 10
+#define RETRY_COL_DUE 11
 
 /* Handed-over events recorded per transaction, at most. */
 #define HANDED_PER_STEP 1000
 
 static const char *const waiting_sql =
 	"SELECT s.id, l.topic, l.msg_key, l.payload, l.payload_bytes, l.headers,"
-	"       l.biz_type, l.biz_key, s.attempts,"
+	"       l.biz_type, l.biz_key, l.incarnation, s.attempts,"
 	"       s.status OPERATOR(pg_catalog.=) 'new'"
 	"       AND s.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
 	"  FROM outbox.event_state s JOIN outbox.event_log l"

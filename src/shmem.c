@@ -335,6 +335,7 @@ shmem_startup(void)
 	{
 		memset(outbox_shared, 0, shmem_size());
 		SpinLockInit(&outbox_shared->mutex);
+		outbox_shared->incarnation = outbox_draw_incarnation();
 		pg_atomic_init_u64(&outbox_shared->launcher, 0);
 		outbox_shared->nslots = outbox_max_relays;
 		for (int i = 0; i < outbox_max_relays; i++)

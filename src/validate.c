@@ -34,7 +34,7 @@ static const char *const reserved_headers[] = {"event_id", "biz_type",
  */
 #define RECORD_FRAMING 36
 #define EVENT_ID_MAX_DIGITS 19 /* a positive bigint */
-#define SOURCE_LEN 36          /* a uuid as text */
+#define SOURCE_LEN 53          /* a uuid as text, "/", 16 hex digits */
 
 static size_t varint_size(size_t len);
 static void check_text_size(Jsonb *payload, int key_len, size_t header_len,

@@ -84,11 +84,11 @@ $$;
 
 -- What the relay adds to every message, as librdkafka counts it: 36
 -- bytes of record framing at most, and the headers event_id (a bigint:
--- at most 19 digits), biz_type, biz_key and outbox_source (a uuid).
+-- at most 19 digits), biz_type, biz_key and outbox_source (a uuid, "/" and 16 hex digits).
 CREATE FUNCTION fuzz.relay_bytes(bt text, bk text) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$
     SELECT 36 + fuzz.header_len(8, 19) + fuzz.header_len(8, octet_length(bt))
-              + fuzz.header_len(7, octet_length(bk)) + fuzz.header_len(13, 36)
+              + fuzz.header_len(7, octet_length(bk)) + fuzz.header_len(13, 53)
 $$;
 
 -- An entry list of outbox.allowed_topics / allowed_consumers: blank (no

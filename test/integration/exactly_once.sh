@@ -732,3 +732,13 @@ t_eos_leaderless_topic_waits() {
     expect "leaderless topic: said stuck" "$(log_since "$LOG_MARK" | grep -c "topic \"$topic\" are stuck")" 0
     set_delivery at_least_once
 }
+
+# An asynchronous standby promoted behind the primary, in exactly_once:
+# the promoted relay finds the lost primary's progress ahead of its own
+# cursor, and no event it enqueues takes an identity a lost one had
+# (t_async_promotion, real_broker.sh).
+t_eos_async_promotion() {
+    eos_ready
+    async_promotion it.eos.async_failover
+    set_delivery at_least_once
+}

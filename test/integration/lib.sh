@@ -44,6 +44,14 @@ consume() {
         ${4:+-i "$4"} 2>/dev/null
 }
 
+# source_of ALIAS: SQL for the outbox_source header of the event_log row
+# ALIAS: the database's source, then the incarnation it was enqueued in
+# (src/incarnation.c), none for a row from before 0.3.0.
+source_of() {
+    echo "((SELECT source FROM outbox.relay_cursor)
+           || CASE WHEN $1.incarnation = 0 THEN '' ELSE '/' || lpad(to_hex($1.incarnation), 16, '0') END)"
+}
+
 # load_consumed TABLE FILE: consumer output into a table of the test database.
 load_consumed() {
     sql "SET client_min_messages = warning; DROP TABLE IF EXISTS $1; CREATE TABLE $1 (topic text, part int, off bigint,

@@ -443,8 +443,8 @@ t_payload_memory() {
 # refused by enqueue (22001).  librdkafka counts 36 bytes of record
 # framing, the key, the value, and each header's name, value and their
 # varint lengths: event_id (8 + at most 19 + 2), biz_type T (8 + 1 + 2),
-# biz_key (7 + 8 + 2), outbox_source (13 + 36 + 2): 144 bytes and a key
-# of 8 leave 999,848 for the value.  Before, enqueue counted neither the relay's headers nor the
+# biz_key (7 + 8 + 2), outbox_source (13 + 53 + 2): 161 bytes and a key
+# of 8 leave 999,831 for the value.  Before, enqueue counted neither the relay's headers nor the
 # framing, up to 1 MiB: events from about 1,000,000 bytes on were
 # accepted and then dead.  Then message.max.bytes below the limit is said
 # in the log, with a hint.
@@ -453,14 +453,14 @@ t_size_limit_default() {
     reset_properties
     reset_setting outbox.max_payload_size
     expect "default limit" "$(sql "SHOW outbox.max_payload_size")" 1000000B
-    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-over', decode(repeat('00', 999849), 'hex'), topic => '$topic')" 2>&1)
+    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-over', decode(repeat('00', 999832), 'hex'), topic => '$topic')" 2>&1)
     [[ $got == *"ERROR:  event is too large"* ]] || fail "an event a byte over the limit: got '$got'"
-    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-max', decode(repeat('5a', 999848), 'hex'), topic => '$topic')" 2>&1)
+    got=$(sql "SELECT outbox.enqueue_bytes('T', 'size-max', decode(repeat('5a', 999831), 'hex'), topic => '$topic')" 2>&1)
     [[ $got =~ ^[0-9]+$ ]] || { fail "the largest event was refused: $got"; return; }
     id=$got
     consume $topic 1 30000 >"$out" || fail "the largest event did not arrive"
     load_consumed got_size "$out"
-    expect "the largest event's value length" "$(sql "SELECT length(value) FROM got_size WHERE event_id = $id")" 999848
+    expect "the largest event's value length" "$(sql "SELECT length(value) FROM got_size WHERE event_id = $id")" 999831
     wait_until 10 "$(all_sent $topic 1)" || fail "the largest event is not sent: $(sql "SELECT status || '/' || coalesce(last_error, '') FROM outbox.events WHERE id = $id")"
 
     mark=$(log_mark)
