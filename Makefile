@@ -19,7 +19,7 @@ PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
              -DOUTBOX_VERSION='"$(EXTVERSION)"'
 
 # pg_regress: SQL behaviour (sql/, expected/) and the pgTAP contract.
-REGRESS      = setup enqueue claim privileges settings operations contract restore upgrade install_guard
+REGRESS      = setup enqueue claim privileges settings operations contract restore upgrade upgrade_grants install_guard
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
