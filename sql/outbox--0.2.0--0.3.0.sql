@@ -74,6 +74,73 @@ BEGIN
 END
 $guard$;
 
+-- An update keeps what users attached to outbox's objects: it replaces
+-- views with CREATE OR REPLACE (grants, comments and dependent views
+-- stay) and sets a comment only where the shipped one still stands.  What
+-- it must drop: column relay_cursor.window_max_id, and consumer_dedup's
+-- two unique constraints (rebuilt with source).  Another object built on
+-- them (a view on the column, a foreign key on a constraint's index)
+-- would make the drop fail with PostgreSQL's own "use DROP ... CASCADE",
+-- which no ALTER EXTENSION can take: refuse first, naming each.  A view's
+-- dependency is its rewrite rule's; outbox's own views are left out.
+DO LANGUAGE plpgsql $dependents$
+DECLARE
+    ext        pg_catalog.oid;
+    dependents pg_catalog.text;
+BEGIN
+    SELECT e.oid INTO ext FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'outbox';
+
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s depends on %s',
+               COALESCE('view ' OPERATOR(pg_catalog.||) r.ev_class::pg_catalog.regclass::pg_catalog.text,
+                        pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)),
+               pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid)), '; '
+               ORDER BY 1)
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+      LEFT JOIN pg_catalog.pg_rewrite r
+        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+       AND r.oid OPERATOR(pg_catalog.=) d.objid
+     WHERE d.deptype OPERATOR(pg_catalog.=) 'n'
+       AND ((d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) 'outbox.relay_cursor'::pg_catalog.regclass
+             AND d.refobjsubid OPERATOR(pg_catalog.=) (
+                 SELECT a.attnum FROM pg_catalog.pg_attribute a
+                  WHERE a.attrelid OPERATOR(pg_catalog.=) 'outbox.relay_cursor'::pg_catalog.regclass
+                    AND a.attname OPERATOR(pg_catalog.=) 'window_max_id'))
+         OR (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                 'outbox.consumer_dedup_pkey'::pg_catalog.regclass,
+                 'outbox.consumer_dedup_biz_key'::pg_catalog.regclass]))
+         OR (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                 SELECT c.oid FROM pg_catalog.pg_constraint c
+                  WHERE c.conrelid OPERATOR(pg_catalog.=) 'outbox.consumer_dedup'::pg_catalog.regclass
+                    AND c.conname OPERATOR(pg_catalog.=) ANY (ARRAY['consumer_dedup_pkey',
+                                                                    'consumer_dedup_biz_key'])))))
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend m
+            WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+              AND m.objid OPERATOR(pg_catalog.=) r.ev_class
+              AND m.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND m.refobjid OPERATOR(pg_catalog.=) ext
+              AND m.deptype OPERATOR(pg_catalog.=) 'e');
+
+    IF dependents IS NULL THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'cannot update extension "outbox" because other objects depend on what the update drops'
+        USING ERRCODE = 'dependent_objects_still_exist',
+              DETAIL = pg_catalog.format('The update to 0.3.0 drops column window_max_id of table '
+                  'outbox.relay_cursor and replaces the unique constraints consumer_dedup_pkey and '
+                  'consumer_dedup_biz_key of table outbox.consumer_dedup: %s.', dependents),
+              HINT = 'Save the definitions of these objects, drop them, run ALTER EXTENSION outbox '
+                     'UPDATE again, then create them again: without window_max_id (the relay no '
+                     'longer keeps it), and a foreign key on consumer_dedup with its new key '
+                     '(consumer, source, event_id).';
+END
+$dependents$;
+
 -- The relay reads a window in (tx, id) order, as an ordered index range.
 DROP INDEX outbox.event_log_tx;
 CREATE INDEX event_log_tx_id ON outbox.event_log (tx, id);
@@ -88,8 +155,19 @@ CREATE INDEX event_state_unsent ON outbox.event_state (id)
 -- BRIN on created_at, which only retention used.  It is built over every
 -- kept event, under a lock that makes enqueue wait until the update
 -- commits.
-DROP INDEX outbox.event_log_created_at;
-CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
+-- The index keeps its name: a comment on it is carried over.
+DO LANGUAGE plpgsql $created_at$
+DECLARE
+    comment pg_catalog.text := pg_catalog.obj_description(
+        'outbox.event_log_created_at'::pg_catalog.regclass, 'pg_class');
+BEGIN
+    DROP INDEX outbox.event_log_created_at;
+    CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
+    IF comment IS NOT NULL THEN
+        EXECUTE pg_catalog.format('COMMENT ON INDEX outbox.event_log_created_at IS %L', comment);
+    END IF;
+END
+$created_at$;
 
 -- The open window's progress becomes a place in (tx, id) order.  0.2.0
 -- recorded it as "every id <= window_last_id": the new place is the
@@ -128,10 +206,12 @@ UPDATE outbox.relay_cursor r
    SET window_last_tx = COALESCE((SELECT tx FROM place), '0'),
        window_last_id = COALESCE((SELECT id FROM place), 0)
  WHERE r.window_snapshot IS NOT NULL;
--- outbox.stats reads every column of the cursor: made again without it.
-DROP VIEW outbox.stats;
-ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
-CREATE VIEW outbox.stats AS
+-- 0.2.0's outbox.stats reads every column of the cursor (SELECT *), so
+-- window_max_id goes once the view no longer reads it.  Replaced, not
+-- dropped and made again: its columns only grow at the end (relay_state),
+-- so the grants on it (the exporter's, the operator's), its comment and
+-- the views built on it stay.
+CREATE OR REPLACE VIEW outbox.stats AS
 WITH fresh AS MATERIALIZED (
     SELECT l.tx, l.id, l.created_at
       FROM outbox.event_log l
@@ -220,11 +300,28 @@ SELECT CASE
        relays.state AS relay_state
   FROM fresh_sum f, relays;
 
-COMMENT ON VIEW outbox.stats IS
-    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact. relay_state is this database''s relay''s state from relay_status(), ''waiting for a relay slot'' when it has none for want of slots, NULL when no relay is known.';
-REVOKE ALL ON outbox.stats FROM PUBLIC;
-COMMENT ON FUNCTION outbox.relay_status() IS
-    'One row per running relay, from shared memory: state, broker, last error, totals since start; then one per database left without a relay (pid NULL, state ''waiting for a relay slot'' or ''waiting for lock'').';
+ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
+
+-- The new comments, where the old version's still stand: a user's own
+-- comment stays.
+DO LANGUAGE plpgsql $comments$
+BEGIN
+    IF pg_catalog.obj_description('outbox.stats'::pg_catalog.regclass, 'pg_class')
+       OPERATOR(pg_catalog.=)
+       'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.'
+    THEN
+        COMMENT ON VIEW outbox.stats IS
+            'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact. relay_state is this database''s relay''s state from relay_status(), ''waiting for a relay slot'' when it has none for want of slots, NULL when no relay is known.';
+    END IF;
+    IF pg_catalog.obj_description('outbox.relay_status()'::pg_catalog.regprocedure, 'pg_proc')
+       OPERATOR(pg_catalog.=)
+       'One row per running relay, from shared memory: state, broker, last error, totals since start.'
+    THEN
+        COMMENT ON FUNCTION outbox.relay_status() IS
+            'One row per running relay, from shared memory: state, broker, last error, totals since start; then one per database left without a relay (pid NULL, state ''waiting for a relay slot'' or ''waiting for lock'').';
+    END IF;
+END
+$comments$;
 
 -- enqueue_bytes: a payload of bytes, sent as they are.  Adding the CHECK
 -- reads event_log once (retention keeps it to the events kept).
