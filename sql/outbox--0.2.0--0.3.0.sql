@@ -425,11 +425,86 @@ END $$;
 -- business keys are unique within one database, not across several on
 -- one topic.  Claims made before keep source '' and still refuse a
 -- duplicate of any source (outbox_claim looks for them).
-ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
-ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey,
-                                  DROP CONSTRAINT consumer_dedup_biz_key,
-                                  ADD CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, source, event_id),
-                                  ADD CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, source, biz_type, biz_key);
+--
+-- Building the two keys reads and sorts every claim under the update's
+-- ACCESS EXCLUSIVE lock on consumer_dedup: claims wait for it (about
+-- 30 s for 10 million claims, docs/install.md).  An operator may build
+-- them beforehand, while claims go on:
+--   ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+--   CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_pkey
+--       ON outbox.consumer_dedup (consumer, source, event_id);
+--   CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_biz_key
+--       ON outbox.consumer_dedup (consumer, source, biz_type, biz_key);
+-- (every claim until the update has source '', so the new keys hold
+-- wherever the old ones do).  The update then adopts each index, renamed
+-- to its constraint, instead of building it; anything else under those
+-- names is refused, rather than taken for a key it does not enforce.
+DO LANGUAGE plpgsql $keys$
+DECLARE
+    dedup  pg_catalog.regclass := 'outbox.consumer_dedup'::pg_catalog.regclass;
+    source pg_catalog.text;
+    keys   pg_catalog.text[] := ARRAY[
+        'consumer_dedup_pkey', 'PRIMARY KEY', 'consumer_dedup_source_pkey', '(consumer, source, event_id)',
+        'consumer_dedup_biz_key', 'UNIQUE', 'consumer_dedup_source_biz_key', '(consumer, source, biz_type, biz_key)'];
+    def    pg_catalog.text;
+    usable pg_catalog.bool;
+    alter  pg_catalog.text := 'ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey, '
+                              'DROP CONSTRAINT consumer_dedup_biz_key';
+BEGIN
+    SELECT pg_catalog.concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod),
+                                CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                                'DEFAULT ' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+                                CASE WHEN a.attcollation OPERATOR(pg_catalog.<>) 100 THEN 'COLLATE '
+                                     OPERATOR(pg_catalog.||) a.attcollation::pg_catalog.regcollation::pg_catalog.text END)
+      INTO source
+      FROM pg_catalog.pg_attribute a
+      LEFT JOIN pg_catalog.pg_attrdef d
+        ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
+     WHERE a.attrelid OPERATOR(pg_catalog.=) dedup AND a.attname OPERATOR(pg_catalog.=) 'source'
+       AND NOT a.attisdropped;
+    IF source IS NULL THEN
+        ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+    ELSIF source OPERATOR(pg_catalog.<>) 'text NOT NULL DEFAULT ''''::text' THEN
+        RAISE EXCEPTION 'column "source" of table outbox.consumer_dedup is not the one this update makes'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('It is %s; the update makes it text NOT NULL DEFAULT ''''.', source),
+                  HINT = 'Drop the column (and any index on it), or make it as docs/install.md says, '
+                         'and run ALTER EXTENSION outbox UPDATE again.';
+    END IF;
+
+    FOR k IN 0..1 LOOP
+        -- The index's definition after its name: its method, columns,
+        -- collations, operator classes, order, INCLUDE and WHERE.
+        SELECT pg_catalog.substring(pg_catalog.pg_get_indexdef(i.indexrelid), ' USING .*$'),
+               i.indisunique AND i.indisvalid AND i.indisready AND i.indislive
+               AND i.indrelid OPERATOR(pg_catalog.=) dedup
+          INTO def, usable
+          FROM pg_catalog.pg_index i
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.indexrelid
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace
+           AND c.relname OPERATOR(pg_catalog.=) keys[4 * k + 3];
+        IF NOT FOUND THEN
+            alter := pg_catalog.format('%s, ADD CONSTRAINT %I %s %s', alter,
+                                       keys[4 * k + 1], keys[4 * k + 2], keys[4 * k + 4]);
+        ELSIF usable AND def OPERATOR(pg_catalog.=) (' USING btree ' OPERATOR(pg_catalog.||) keys[4 * k + 4]) THEN
+            alter := pg_catalog.format('%s, ADD CONSTRAINT %I %s USING INDEX %I', alter,
+                                       keys[4 * k + 1], keys[4 * k + 2], keys[4 * k + 3]);
+        ELSE
+            RAISE EXCEPTION 'index outbox.% is not a key this update can adopt', keys[4 * k + 3]
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = pg_catalog.format('The update adopts a valid unique index on '
+                          'outbox.consumer_dedup, btree %s; this one is %s%s.', keys[4 * k + 4],
+                          CASE WHEN usable THEN '' ELSE 'not unique, not valid (a CREATE INDEX '
+                              'CONCURRENTLY that failed) or on another table: ' END,
+                          pg_catalog.substring(def, 8)),
+                      HINT = pg_catalog.format('Drop it (DROP INDEX CONCURRENTLY outbox.%I) and build it '
+                          'again as docs/install.md says, or leave it dropped and the update builds the key.',
+                          keys[4 * k + 3]);
+        END IF;
+    END LOOP;
+    EXECUTE alter;
+END
+$keys$;
 
 CREATE FUNCTION outbox.claim(
     consumer text,
