@@ -427,8 +427,8 @@ END $$;
 -- duplicate of any source (outbox_claim looks for them).
 --
 -- Building the two keys reads and sorts every claim under the update's
--- ACCESS EXCLUSIVE lock on consumer_dedup: claims wait for it (about
--- 30 s for 10 million claims, docs/install.md).  An operator may build
+-- ACCESS EXCLUSIVE lock on consumer_dedup: claims wait for it (28 to
+-- 38 s for 10 million claims, docs/install.md).  An operator may build
 -- them beforehand, while claims go on:
 --   ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
 --   CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_pkey
