@@ -91,12 +91,11 @@ BEGIN
     SELECT e.oid INTO ext FROM pg_catalog.pg_extension e
      WHERE e.extname OPERATOR(pg_catalog.=) 'outbox';
 
-    SELECT pg_catalog.string_agg(pg_catalog.format('%s depends on %s',
+    SELECT pg_catalog.string_agg(x.line, '; ' ORDER BY x.line) INTO dependents FROM (
+    SELECT pg_catalog.format('%s depends on %s',
                COALESCE('view ' OPERATOR(pg_catalog.||) r.ev_class::pg_catalog.regclass::pg_catalog.text,
                         pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)),
-               pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid)), '; '
-               ORDER BY 1)
-      INTO dependents
+               pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid)) AS line
       FROM pg_catalog.pg_depend d
       LEFT JOIN pg_catalog.pg_rewrite r
         ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
@@ -124,7 +123,7 @@ BEGIN
               AND m.objid OPERATOR(pg_catalog.=) r.ev_class
               AND m.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
               AND m.refobjid OPERATOR(pg_catalog.=) ext
-              AND m.deptype OPERATOR(pg_catalog.=) 'e');
+              AND m.deptype OPERATOR(pg_catalog.=) 'e')) x;
 
     IF dependents IS NULL THEN
         RETURN;
