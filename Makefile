@@ -19,7 +19,7 @@ PG_CFLAGS  = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
              -DOUTBOX_VERSION='"$(EXTVERSION)"'
 
 # pg_regress: SQL behaviour (sql/, expected/) and the pgTAP contract.
-REGRESS      = setup enqueue claim privileges settings operations contract restore upgrade install_guard
+REGRESS      = setup enqueue claim privileges settings operations contract restore upgrade upgrade_grants install_guard
 REGRESS_OPTS = --load-extension=outbox
 
 # Isolation specs: concurrent sessions (test/specs, test/expected).
@@ -49,7 +49,7 @@ $(OBJS): $(wildcard src/*.h) outbox.control
 print-%:
 	@echo '$($*)'
 
-.PHONY: test demo deb chaos partitions fuzz mutations kafka-versions bench bench-retention bench-enqueue bench-stats bench-txn format format-check tools
+.PHONY: test demo deb chaos partitions fuzz mutations kafka-versions bench bench-retention bench-enqueue bench-stats bench-txn bench-update format format-check tools
 
 # A PostgreSQL whose server this system lacks is tested in the Debian
 # release that ships it (test/matrix, in a root file system of its own).
@@ -126,6 +126,11 @@ bench-stats:
 
 bench-txn:
 	bench/txn
+
+# How long ALTER EXTENSION outbox UPDATE from 0.2.0 takes at CLAIMS claims
+# and EVENTS kept events, and the locks it holds (bench/update).
+bench-update:
+	bench/update
 
 # The layout is clang-format 14's (Debian 12's): other versions lay a few
 # constructs out differently, so test/run checks it only with that one.

@@ -74,6 +74,72 @@ BEGIN
 END
 $guard$;
 
+-- An update keeps what users attached to outbox's objects: it replaces
+-- views with CREATE OR REPLACE (grants, comments and dependent views
+-- stay) and sets a comment only where the shipped one still stands.  What
+-- it must drop: column relay_cursor.window_max_id, and consumer_dedup's
+-- two unique constraints (rebuilt with source).  Another object built on
+-- them (a view on the column, a foreign key on a constraint's index)
+-- would make the drop fail with PostgreSQL's own "use DROP ... CASCADE",
+-- which no ALTER EXTENSION can take: refuse first, naming each.  A view's
+-- dependency is its rewrite rule's; outbox's own views are left out.
+DO LANGUAGE plpgsql $dependents$
+DECLARE
+    ext        pg_catalog.oid;
+    dependents pg_catalog.text;
+BEGIN
+    SELECT e.oid INTO ext FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'outbox';
+
+    SELECT pg_catalog.string_agg(x.line, '; ' ORDER BY x.line) INTO dependents FROM (
+    SELECT pg_catalog.format('%s depends on %s',
+               COALESCE('view ' OPERATOR(pg_catalog.||) r.ev_class::pg_catalog.regclass::pg_catalog.text,
+                        pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)),
+               pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid)) AS line
+      FROM pg_catalog.pg_depend d
+      LEFT JOIN pg_catalog.pg_rewrite r
+        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+       AND r.oid OPERATOR(pg_catalog.=) d.objid
+     WHERE d.deptype OPERATOR(pg_catalog.=) 'n'
+       AND ((d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) 'outbox.relay_cursor'::pg_catalog.regclass
+             AND d.refobjsubid OPERATOR(pg_catalog.=) (
+                 SELECT a.attnum FROM pg_catalog.pg_attribute a
+                  WHERE a.attrelid OPERATOR(pg_catalog.=) 'outbox.relay_cursor'::pg_catalog.regclass
+                    AND a.attname OPERATOR(pg_catalog.=) 'window_max_id'))
+         OR (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                 'outbox.consumer_dedup_pkey'::pg_catalog.regclass,
+                 'outbox.consumer_dedup_biz_key'::pg_catalog.regclass]))
+         OR (d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+             AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                 SELECT c.oid FROM pg_catalog.pg_constraint c
+                  WHERE c.conrelid OPERATOR(pg_catalog.=) 'outbox.consumer_dedup'::pg_catalog.regclass
+                    AND c.conname OPERATOR(pg_catalog.=) ANY (ARRAY['consumer_dedup_pkey',
+                                                                    'consumer_dedup_biz_key'])))))
+       AND NOT EXISTS (
+           SELECT FROM pg_catalog.pg_depend m
+            WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+              AND m.objid OPERATOR(pg_catalog.=) r.ev_class
+              AND m.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND m.refobjid OPERATOR(pg_catalog.=) ext
+              AND m.deptype OPERATOR(pg_catalog.=) 'e')) x;
+
+    IF dependents IS NULL THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'cannot update extension "outbox" because other objects depend on what the update drops'
+        USING ERRCODE = 'dependent_objects_still_exist',
+              DETAIL = pg_catalog.format('The update to 0.3.0 drops column window_max_id of table '
+                  'outbox.relay_cursor and replaces the unique constraints consumer_dedup_pkey and '
+                  'consumer_dedup_biz_key of table outbox.consumer_dedup: %s.', dependents),
+              HINT = 'Save the definitions of these objects, drop them, run ALTER EXTENSION outbox '
+                     'UPDATE again, then create them again: without window_max_id (the relay no '
+                     'longer keeps it), and a foreign key on consumer_dedup with its new key '
+                     '(consumer, event_id, source).';
+END
+$dependents$;
+
 -- The relay reads a window in (tx, id) order, as an ordered index range.
 DROP INDEX outbox.event_log_tx;
 CREATE INDEX event_log_tx_id ON outbox.event_log (tx, id);
@@ -88,8 +154,19 @@ CREATE INDEX event_state_unsent ON outbox.event_state (id)
 -- BRIN on created_at, which only retention used.  It is built over every
 -- kept event, under a lock that makes enqueue wait until the update
 -- commits.
-DROP INDEX outbox.event_log_created_at;
-CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
+-- The index keeps its name: a comment on it is carried over.
+DO LANGUAGE plpgsql $created_at$
+DECLARE
+    comment pg_catalog.text := pg_catalog.obj_description(
+        'outbox.event_log_created_at'::pg_catalog.regclass, 'pg_class');
+BEGIN
+    DROP INDEX outbox.event_log_created_at;
+    CREATE INDEX event_log_created_at ON outbox.event_log (created_at, tx);
+    IF comment IS NOT NULL THEN
+        EXECUTE pg_catalog.format('COMMENT ON INDEX outbox.event_log_created_at IS %L', comment);
+    END IF;
+END
+$created_at$;
 
 -- The open window's progress becomes a place in (tx, id) order.  0.2.0
 -- recorded it as "every id <= window_last_id": the new place is the
@@ -128,10 +205,12 @@ UPDATE outbox.relay_cursor r
    SET window_last_tx = COALESCE((SELECT tx FROM place), '0'),
        window_last_id = COALESCE((SELECT id FROM place), 0)
  WHERE r.window_snapshot IS NOT NULL;
--- outbox.stats reads every column of the cursor: made again without it.
-DROP VIEW outbox.stats;
-ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
-CREATE VIEW outbox.stats AS
+-- 0.2.0's outbox.stats reads every column of the cursor (SELECT *), so
+-- window_max_id goes once the view no longer reads it.  Replaced, not
+-- dropped and made again: its columns only grow at the end (relay_state),
+-- so the grants on it (the exporter's, the operator's), its comment and
+-- the views built on it stay.
+CREATE OR REPLACE VIEW outbox.stats AS
 WITH fresh AS MATERIALIZED (
     SELECT l.tx, l.id, l.created_at
       FROM outbox.event_log l
@@ -220,11 +299,28 @@ SELECT CASE
        relays.state AS relay_state
   FROM fresh_sum f, relays;
 
-COMMENT ON VIEW outbox.stats IS
-    'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact. relay_state is this database''s relay''s state from relay_status(), ''waiting for a relay slot'' when it has none for want of slots, NULL when no relay is known.';
-REVOKE ALL ON outbox.stats FROM PUBLIC;
-COMMENT ON FUNCTION outbox.relay_status() IS
-    'One row per running relay, from shared memory: state, broker, last error, totals since start; then one per database left without a relay (pid NULL, state ''waiting for a relay slot'' or ''waiting for lock'').';
+ALTER TABLE outbox.relay_cursor DROP COLUMN window_max_id;
+
+-- The new comments, where the old version's still stand: a user's own
+-- comment stays.
+DO LANGUAGE plpgsql $comments$
+BEGIN
+    IF pg_catalog.obj_description('outbox.stats'::pg_catalog.regclass, 'pg_class')
+       OPERATOR(pg_catalog.=)
+       'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row.'
+    THEN
+        COMMENT ON VIEW outbox.stats IS
+            'Backlog, age of the oldest unsent event, dead letters and the last minute''s deliveries, in one row. backlog is exact up to 10,000 events committed since the relay''s last snapshot, estimated above that as the first 10,001 counted plus the ids after the last of them (ids of rolled-back or uncommitted enqueues count too); max_delay_sec, dead and retrying are exact. relay_state is this database''s relay''s state from relay_status(), ''waiting for a relay slot'' when it has none for want of slots, NULL when no relay is known.';
+    END IF;
+    IF pg_catalog.obj_description('outbox.relay_status()'::pg_catalog.regprocedure, 'pg_proc')
+       OPERATOR(pg_catalog.=)
+       'One row per running relay, from shared memory: state, broker, last error, totals since start.'
+    THEN
+        COMMENT ON FUNCTION outbox.relay_status() IS
+            'One row per running relay, from shared memory: state, broker, last error, totals since start; then one per database left without a relay (pid NULL, state ''waiting for a relay slot'' or ''waiting for lock'').';
+    END IF;
+END
+$comments$;
 
 -- enqueue_bytes: a payload of bytes, sent as they are.  Adding the CHECK
 -- reads event_log once (retention keeps it to the events kept).
@@ -340,11 +436,86 @@ END $$;
 -- one topic.  Claims made before keep source '' and still refuse a
 -- duplicate of any source (outbox_claim looks for them).  source last, as
 -- in outbox--0.3.0.sql: a claim without one looks under every source.
-ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
-ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey,
-                                  DROP CONSTRAINT consumer_dedup_biz_key,
-                                  ADD CONSTRAINT consumer_dedup_pkey PRIMARY KEY (consumer, event_id, source),
-                                  ADD CONSTRAINT consumer_dedup_biz_key UNIQUE (consumer, biz_type, biz_key, source);
+--
+-- Building the two keys reads and sorts every claim under the update's
+-- ACCESS EXCLUSIVE lock on consumer_dedup: claims wait for it (28 to
+-- 38 s for 10 million claims, docs/install.md).  An operator may build
+-- them beforehand, while claims go on:
+--   ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+--   CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_pkey
+--       ON outbox.consumer_dedup (consumer, event_id, source);
+--   CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_biz_key
+--       ON outbox.consumer_dedup (consumer, biz_type, biz_key, source);
+-- (every claim until the update has source '', so the new keys hold
+-- wherever the old ones do).  The update then adopts each index, renamed
+-- to its constraint, instead of building it; anything else under those
+-- names is refused, rather than taken for a key it does not enforce.
+DO LANGUAGE plpgsql $keys$
+DECLARE
+    dedup  pg_catalog.regclass := 'outbox.consumer_dedup'::pg_catalog.regclass;
+    source pg_catalog.text;
+    keys   pg_catalog.text[] := ARRAY[
+        'consumer_dedup_pkey', 'PRIMARY KEY', 'consumer_dedup_source_pkey', '(consumer, event_id, source)',
+        'consumer_dedup_biz_key', 'UNIQUE', 'consumer_dedup_source_biz_key', '(consumer, biz_type, biz_key, source)'];
+    def    pg_catalog.text;
+    usable pg_catalog.bool;
+    alter  pg_catalog.text := 'ALTER TABLE outbox.consumer_dedup DROP CONSTRAINT consumer_dedup_pkey, '
+                              'DROP CONSTRAINT consumer_dedup_biz_key';
+BEGIN
+    SELECT pg_catalog.concat_ws(' ', pg_catalog.format_type(a.atttypid, a.atttypmod),
+                                CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                                'DEFAULT ' OPERATOR(pg_catalog.||) pg_catalog.pg_get_expr(d.adbin, d.adrelid),
+                                CASE WHEN a.attcollation OPERATOR(pg_catalog.<>) 100 THEN 'COLLATE '
+                                     OPERATOR(pg_catalog.||) a.attcollation::pg_catalog.regcollation::pg_catalog.text END)
+      INTO source
+      FROM pg_catalog.pg_attribute a
+      LEFT JOIN pg_catalog.pg_attrdef d
+        ON d.adrelid OPERATOR(pg_catalog.=) a.attrelid AND d.adnum OPERATOR(pg_catalog.=) a.attnum
+     WHERE a.attrelid OPERATOR(pg_catalog.=) dedup AND a.attname OPERATOR(pg_catalog.=) 'source'
+       AND NOT a.attisdropped;
+    IF source IS NULL THEN
+        ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+    ELSIF source OPERATOR(pg_catalog.<>) 'text NOT NULL DEFAULT ''''::text' THEN
+        RAISE EXCEPTION 'column "source" of table outbox.consumer_dedup is not the one this update makes'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = pg_catalog.format('It is %s; the update makes it text NOT NULL DEFAULT ''''.', source),
+                  HINT = 'Drop the column (and any index on it), or make it as docs/install.md says, '
+                         'and run ALTER EXTENSION outbox UPDATE again.';
+    END IF;
+
+    FOR k IN 0..1 LOOP
+        -- The index's definition after its name: its method, columns,
+        -- collations, operator classes, order, INCLUDE and WHERE.
+        SELECT pg_catalog.substring(pg_catalog.pg_get_indexdef(i.indexrelid), ' USING .*$'),
+               i.indisunique AND i.indisvalid AND i.indisready AND i.indislive
+               AND i.indrelid OPERATOR(pg_catalog.=) dedup
+          INTO def, usable
+          FROM pg_catalog.pg_index i
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.indexrelid
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'outbox'::pg_catalog.regnamespace
+           AND c.relname OPERATOR(pg_catalog.=) keys[4 * k + 3];
+        IF NOT FOUND THEN
+            alter := pg_catalog.format('%s, ADD CONSTRAINT %I %s %s', alter,
+                                       keys[4 * k + 1], keys[4 * k + 2], keys[4 * k + 4]);
+        ELSIF usable AND def OPERATOR(pg_catalog.=) (' USING btree ' OPERATOR(pg_catalog.||) keys[4 * k + 4]) THEN
+            alter := pg_catalog.format('%s, ADD CONSTRAINT %I %s USING INDEX %I', alter,
+                                       keys[4 * k + 1], keys[4 * k + 2], keys[4 * k + 3]);
+        ELSE
+            RAISE EXCEPTION 'index outbox.% is not a key this update can adopt', keys[4 * k + 3]
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = pg_catalog.format('The update adopts a valid unique index on '
+                          'outbox.consumer_dedup, btree %s; this one is %s%s.', keys[4 * k + 4],
+                          CASE WHEN usable THEN '' ELSE 'not unique, not valid (a CREATE INDEX '
+                              'CONCURRENTLY that failed) or on another table: ' END,
+                          pg_catalog.substring(def, 8)),
+                      HINT = pg_catalog.format('Drop it (DROP INDEX CONCURRENTLY outbox.%I) and build it '
+                          'again as docs/install.md says, or leave it dropped and the update builds the key.',
+                          keys[4 * k + 3]);
+        END IF;
+    END LOOP;
+    EXECUTE alter;
+END
+$keys$;
 
 CREATE FUNCTION outbox.claim(
     consumer text,

@@ -1,5 +1,6 @@
 -- 0.1.0 and 0.2.0 upgraded to the current version give the schema a fresh
--- install gives; the upgrade refuses a schema holding objects that are not
+-- install gives, from 0.2.0 also with consumer_dedup's keys built
+-- beforehand; the upgrade refuses a schema holding objects that are not
 -- outbox's; 0.2.0 upgrades with events in every state, which read the same
 -- before and after.
 \set regress_db :DBNAME
@@ -72,6 +73,37 @@ ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 CREATE TABLE upgraded_020 AS SELECT * FROM schema_lines() AS line;
 
+-- 0.2.0 with consumer_dedup's new keys built beforehand, as docs/install.md
+-- says, and a claim meanwhile: the update adopts the two indexes (the same
+-- relations become the keys' indexes) instead of building them.
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '0.2.0';
+ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_pkey
+    ON outbox.consumer_dedup (consumer, event_id, source);
+CREATE UNIQUE INDEX CONCURRENTLY consumer_dedup_source_biz_key
+    ON outbox.consumer_dedup (consumer, biz_type, biz_key, source);
+SELECT outbox.claim('inventory', 7, 'T', 'k-7') AS first, outbox.claim('inventory', 7, 'T', 'k-7') AS again;
+CREATE TABLE prebuilt AS
+    SELECT oid FROM pg_class WHERE relname IN ('consumer_dedup_source_pkey', 'consumer_dedup_source_biz_key');
+ALTER EXTENSION outbox UPDATE;
+SELECT c.conname, pg_get_constraintdef(c.oid)
+  FROM pg_constraint c JOIN prebuilt p ON p.oid = c.conindid ORDER BY 1;
+SELECT outbox.claim('inventory', 7, 'T', 'k-7') AS again, outbox.claim('inventory', 7, 'T', 'k-7', 'db-2') AS other_source;
+DELETE FROM outbox.consumer_dedup;
+CREATE TABLE upgraded_prebuilt AS SELECT * FROM schema_lines() AS line;
+
+-- An index under one of those names that is not the key is refused.
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox VERSION '0.2.0';
+ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX consumer_dedup_source_pkey ON outbox.consumer_dedup (consumer, event_id, source);
+ALTER EXTENSION outbox UPDATE;
+SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
+DROP INDEX outbox.consumer_dedup_source_pkey;
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
 -- A fresh install of the current version in the same database.
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox;
@@ -90,6 +122,12 @@ SELECT count(*) > 50 AS compared_enough FROM upgraded;
 UNION ALL
 (SELECT 'only upgraded from 0.2.0: ' || line FROM upgraded_020
  EXCEPT SELECT 'only upgraded from 0.2.0: ' || line FROM schema_lines() AS line)
+ORDER BY 1;
+(SELECT 'only fresh: ' || line FROM schema_lines() AS line
+ EXCEPT SELECT 'only fresh: ' || line FROM upgraded_prebuilt)
+UNION ALL
+(SELECT 'only upgraded with keys built beforehand: ' || line FROM upgraded_prebuilt
+ EXCEPT SELECT 'only upgraded with keys built beforehand: ' || line FROM schema_lines() AS line)
 ORDER BY 1;
 
 -- 0.2.0 holding events in every state, as its relay leaves them: sent;
