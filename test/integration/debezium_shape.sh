@@ -118,7 +118,7 @@ dbzshape_check_relay() {
             OR dbzshape_header(m.headers, 'type') IS DISTINCT FROM e.type
             OR dbzshape_header(m.headers, 'biz_key') IS DISTINCT FROM e.key
             OR dbzshape_header(m.headers, 'outbox_source')
-               IS DISTINCT FROM (SELECT source::text FROM outbox.relay_cursor)")" 0
+               IS DISTINCT FROM (SELECT $(source_of l) FROM outbox.event_log l WHERE l.id = o.id)")" 0
     expect "relay messages matched to events" "$(sql "SELECT count(DISTINCT key) FROM $1 JOIN dbzshape_events USING (key)")" "$DBZ_EVENTS"
 }
 
