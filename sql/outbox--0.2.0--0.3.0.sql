@@ -534,13 +534,33 @@ COMMENT ON FUNCTION outbox.claim(text, bigint, text, text, text) IS
 REVOKE ALL ON FUNCTION outbox.claim(text, bigint, text, text, text) FROM PUBLIC;
 
 -- Replay's order, said where an operator reads it; discard and
--- discard_dead, for dead letters nobody will replay.
-COMMENT ON FUNCTION outbox.replay(bigint) IS
-    'Send a dead event again, with attempts reset and the same id; false if it is not dead. It reaches Kafka after the events of its key sent while it was dead, before those not sent yet.';
-COMMENT ON FUNCTION outbox.replay_dead(text, timestamptz) IS
-    'Send again every dead event (of biz_type, dead since since), each as replay() does; returns how many.';
-COMMENT ON VIEW outbox.dead_letters IS
-    'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again, outbox.discard() removes them.';
+-- discard_dead, for dead letters nobody will replay.  As above, only
+-- where the old version's comment still stands.
+DO LANGUAGE plpgsql $comments$
+BEGIN
+    IF pg_catalog.obj_description('outbox.replay(bigint)'::pg_catalog.regprocedure, 'pg_proc')
+       OPERATOR(pg_catalog.=)
+       'Send a dead event again, with attempts reset and the same id; false if it is not dead.'
+    THEN
+        COMMENT ON FUNCTION outbox.replay(bigint) IS
+            'Send a dead event again, with attempts reset and the same id; false if it is not dead. It reaches Kafka after the events of its key sent while it was dead, before those not sent yet.';
+    END IF;
+    IF pg_catalog.obj_description('outbox.replay_dead(text, timestamptz)'::pg_catalog.regprocedure, 'pg_proc')
+       OPERATOR(pg_catalog.=)
+       'Send again every dead event (of biz_type, dead since since); returns how many.'
+    THEN
+        COMMENT ON FUNCTION outbox.replay_dead(text, timestamptz) IS
+            'Send again every dead event (of biz_type, dead since since), each as replay() does; returns how many.';
+    END IF;
+    IF pg_catalog.obj_description('outbox.dead_letters'::pg_catalog.regclass, 'pg_class')
+       OPERATOR(pg_catalog.=)
+       'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again.'
+    THEN
+        COMMENT ON VIEW outbox.dead_letters IS
+            'Events the broker refused outbox.max_attempts times; outbox.replay() sends them again, outbox.discard() removes them.';
+    END IF;
+END
+$comments$;
 
 -- discard and discard_dead: see outbox--0.3.0.sql for why each is as it is.
 CREATE FUNCTION outbox.discard(event_id bigint) RETURNS boolean

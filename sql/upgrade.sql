@@ -97,7 +97,7 @@ CREATE TABLE upgraded_prebuilt AS SELECT * FROM schema_lines() AS line;
 DROP EXTENSION outbox;
 CREATE EXTENSION outbox VERSION '0.2.0';
 ALTER TABLE outbox.consumer_dedup ADD COLUMN source text NOT NULL DEFAULT '';
-CREATE UNIQUE INDEX consumer_dedup_source_pkey ON outbox.consumer_dedup (consumer, event_id, source);
+CREATE UNIQUE INDEX consumer_dedup_source_pkey ON outbox.consumer_dedup (consumer, source, event_id);
 ALTER EXTENSION outbox UPDATE;
 SELECT :'LAST_ERROR_SQLSTATE' AS sqlstate;
 DROP INDEX outbox.consumer_dedup_source_pkey;
