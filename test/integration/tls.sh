@@ -5,8 +5,10 @@
 # TLS; and the usual mistakes (a CA file the server cannot read, the wrong
 # CA, the wrong password, an expired client certificate) each shown by
 # state and message in relay_status() and the log, no event lost, no
-# secret shown, and delivery back once fixed.  Events are read back on the
-# PLAINTEXT listener: the relay's side is the one under test.
+# secret shown, and delivery back once fixed; and a client certificate
+# and key renewed in place, taken at a reload (cert_renewed).  Events are
+# read back on the PLAINTEXT listener: the relay's side is the one under
+# test.
 
 # The SASL_SSL listener's one account (kafka_add_tls).
 IT_TLS_USER=outbox-tls
@@ -300,7 +302,7 @@ cert_renewed_steps() {
     # The reload: the same text, new files.
     sql "SELECT pg_reload_conf()" >/dev/null
     log_shows 'LOG:  outbox relay: making a new Kafka producer'
-    log_shows 'DETAIL:  A file that outbox.kafka_properties names changed since the producer read it'
+    log_shows 'DETAIL:  A file that the Kafka properties name changed since the producer read it'
     renewed_enqueue "$topic" 11 15
     wait_until 60 "$(all_sent "$topic" 15)" ||
         { fail "after the reload: events not all sent with certificate B: $(relay_state)"; return 1; }
