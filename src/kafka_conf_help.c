@@ -17,10 +17,12 @@
  * librdkafka reads those files once, when the producer is made: a
  * certificate renewed in place is not seen by a producer already made.
  * So the producer's identity includes a fingerprint of every file they
- * name (the path, size, modification time and a hash of the content),
- * which the worker takes at a reload (worker.c) on its own thread.  The
- * content is hashed a buffer at a time and the buffer cleared: nothing of
- * a key is kept or said.
+ * name (the path, size and a hash of the content), which the worker
+ * takes at a reload (worker.c) on its own thread.  Not the modification
+ * time: a file rewritten with what it held (a renewal agent that renders
+ * its templates again, a touch) would make a new producer for nothing,
+ * and the content is read anyway.  It is hashed a buffer at a time and
+ * the buffer cleared: nothing of a key is kept or said.
  *
  * Some of librdkafka's connection errors name no setting: the broker's
  * TLS alert when it refuses the client's certificate (expired, or signed
@@ -281,15 +283,13 @@ fingerprint_directory(const char *path, uint64 *fingerprint)
 
 /*
  * fingerprint_file: add the regular file at path, whose status is *st, to
- * *fingerprint: its size, modification time and content.
+ * *fingerprint: its size and content.
  */
 static bool
 fingerprint_file(const char *path, const struct stat *st, uint64 *fingerprint)
 {
 	unsigned char chunk[FINGERPRINT_CHUNK];
-	uint64 hash = hash_combine64((uint64) st->st_size,
-								 (uint64) st->st_mtim.tv_sec * 1000000000 +
-									 (uint64) st->st_mtim.tv_nsec);
+	uint64 hash = (uint64) st->st_size;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t got;
 	int saved;
