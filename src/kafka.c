@@ -721,6 +721,29 @@ outbox_kafka_check_properties(const char *properties, char *problem,
 }
 
 /*
+ * outbox_kafka_files_fingerprint: into *fingerprint, a fingerprint of the
+ * files properties name (outbox_kafka_conf_fingerprint), for the worker to
+ * tell a renewed certificate or key from the one its producer read.  False
+ * if one could not be read, problem saying which and why.  Properties
+ * librdkafka refuses name no file: the producer's start says what is
+ * wrong with them.  Called on the worker's thread only.
+ */
+bool
+outbox_kafka_files_fingerprint(const char *properties, uint64 *fingerprint,
+							   char *problem, size_t size)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	bool ok = true;
+
+	if (apply_properties(conf, properties, problem, size, NULL))
+		ok = outbox_kafka_conf_fingerprint(conf, fingerprint, problem, size);
+	else
+		*fingerprint = 0;
+	rd_kafka_conf_destroy(conf);
+	return ok;
+}
+
+/*
  * make_conf: the producer configuration: safe defaults, then the user's
  * properties, then the callbacks that keep librdkafka off our functions.
  */

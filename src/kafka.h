@@ -141,6 +141,9 @@ extern char *outbox_kafka_stall_reason(void);
 extern const char *outbox_kafka_new_problem(void);
 extern bool outbox_kafka_check_properties(const char *properties, char *problem,
 										  size_t size, const char **hint);
+extern bool outbox_kafka_files_fingerprint(const char *properties,
+										   uint64 *fingerprint, char *problem,
+										   size_t size);
 extern void outbox_kafka_forget_problem(void);
 extern void outbox_kafka_judge_again(void);
 extern const char *outbox_kafka_start_problem(void);
@@ -153,6 +156,9 @@ extern bool outbox_kafka_is_file_property(const char *key);
 extern bool outbox_kafka_unreadable_file(struct rd_kafka_conf_s *conf,
 										 char *problem, size_t size,
 										 const char **property);
+extern bool outbox_kafka_conf_fingerprint(struct rd_kafka_conf_s *conf,
+										  uint64 *fingerprint, char *problem,
+										  size_t size);
 
 /* kafka_scrub.c */
 extern void outbox_scrub_forget(void);

@@ -14,6 +14,16 @@
  * property and the operating system's reason.  A path is no secret: it
  * says where a secret is, and the server's user can already read it.
  *
+ * librdkafka reads those files once, when the producer is made: a
+ * certificate renewed in place is not seen by a producer already made.
+ * So the producer's identity includes a fingerprint of every file they
+ * name (the path, size and a hash of the content), which the worker
+ * takes at a reload (worker.c) on its own thread.  Not the modification
+ * time: a file rewritten with what it held (a renewal agent that renders
+ * its templates again, a touch) would make a new producer for nothing,
+ * and the content is read anyway.  It is hashed a buffer at a time and
+ * the buffer cleared: nothing of a key is kept or said.
+ *
  * Some of librdkafka's connection errors name no setting: the broker's
  * TLS alert when it refuses the client's certificate (expired, or signed
  * by a CA it does not trust, or none sent), and a SCRAM failure that
@@ -25,10 +35,15 @@
  */
 #include "postgres.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
+
+#include "common/hashfn.h"
 
 #include "kafka.h"
 
@@ -40,6 +55,22 @@
 static const char *const file_properties[] = {
 	"ssl.ca.location",       "ssl.certificate.location", "ssl.key.location",
 	"ssl.keystore.location", "ssl.crl.location",         NULL};
+
+/*
+ * Properties whose file goes into the producer's fingerprint: the above,
+ * and the keytab (kinit reads it again on its own; a new producer after a
+ * change does no harm).
+ */
+static const char *const fingerprinted[] = {"ssl.ca.location",
+											"ssl.certificate.location",
+											"ssl.key.location",
+											"ssl.keystore.location",
+											"ssl.crl.location",
+											"sasl.kerberos.keytab",
+											NULL};
+
+/* How much of a file is hashed at a time. */
+#define FINGERPRINT_CHUNK 8192
 
 /* The TLS alerts a broker sends when it refuses the client's certificate. */
 static const char *const certificate_alerts[] = {"alert bad certificate",
@@ -54,6 +85,10 @@ static const char *const certificate_alerts[] = {"alert bad certificate",
 #define SCRAM_KAFKA4_VERSION 0x020601ff
 
 static bool range_of(const char *table, const char *key, char *out, size_t size);
+static bool fingerprint_path(const char *path, uint64 *fingerprint);
+static bool fingerprint_directory(const char *path, uint64 *fingerprint);
+static bool fingerprint_file(const char *path, const struct stat *st,
+							 uint64 *fingerprint);
 
 /*
  * outbox_kafka_property_range: what librdkafka takes for property key
@@ -151,6 +186,126 @@ outbox_kafka_unreadable_file(rd_kafka_conf_t *conf, char *problem, size_t size,
 		return true;
 	}
 	return false;
+}
+
+/*
+ * outbox_kafka_conf_fingerprint: into *fingerprint, a fingerprint of every
+ * file conf names (fingerprinted): one that changes when a file's content
+ * does, or the path.  False if one could not be read; problem then says
+ * which, of which property, and why (errno), as outbox_kafka_unreadable_file
+ * does, and *fingerprint is left as it was.
+ */
+bool
+outbox_kafka_conf_fingerprint(rd_kafka_conf_t *conf, uint64 *fingerprint,
+							  char *problem, size_t size)
+{
+	uint64 all = 0;
+
+	for (int i = 0; fingerprinted[i] != NULL; i++)
+	{
+		char path[MAXPGPATH];
+		size_t path_size = sizeof(path);
+		uint64 one;
+
+		if (rd_kafka_conf_get(conf, fingerprinted[i], path, &path_size) !=
+				RD_KAFKA_CONF_OK ||
+			path[0] == '\0' || strcmp(path, "probe") == 0)
+			continue;
+		one = hash_bytes_extended((const unsigned char *) path, strlen(path),
+								  (uint64) i);
+		if (!fingerprint_path(path, &one))
+		{
+			snprintf(problem, size,
+					 "could not read file \"%s\" of property \"%s\": %s", path,
+					 fingerprinted[i], strerror(errno));
+			return false;
+		}
+		all = hash_combine64(all, one);
+	}
+	*fingerprint = all;
+	return true;
+}
+
+/*
+ * fingerprint_path: add the file at path, or each file of the directory
+ * there (ssl.ca.location may name one), to *fingerprint; false, with
+ * errno set, if one could not be read.
+ */
+static bool
+fingerprint_path(const char *path, uint64 *fingerprint)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return false;
+	if (S_ISDIR(st.st_mode))
+		return fingerprint_directory(path, fingerprint);
+	return fingerprint_file(path, &st, fingerprint);
+}
+
+/*
+ * fingerprint_directory: add each regular file of directory path to
+ * *fingerprint, whatever order readdir gives them in.
+ */
+static bool
+fingerprint_directory(const char *path, uint64 *fingerprint)
+{
+	DIR *dir = opendir(path);
+	struct dirent *entry;
+	uint64 sum = 0;
+	bool ok = true;
+	int saved;
+
+	if (dir == NULL)
+		return false;
+	while (ok && (errno = 0, entry = readdir(dir)) != NULL)
+	{
+		char file[MAXPGPATH];
+		struct stat st;
+		uint64 one;
+
+		snprintf(file, sizeof(file), "%s/%s", path, entry->d_name);
+		if (stat(file, &st) != 0 || !S_ISREG(st.st_mode))
+			continue; /* ".", "..", a dangling link: OpenSSL skips it too */
+		one = hash_bytes_extended((const unsigned char *) entry->d_name,
+								  strlen(entry->d_name), 0);
+		ok = fingerprint_file(file, &st, &one);
+		sum += one;
+	}
+	saved = errno; /* readdir's, or the failed file's */
+	closedir(dir);
+	errno = saved;
+	if (!ok || saved != 0)
+		return false;
+	*fingerprint = hash_combine64(*fingerprint, sum);
+	return true;
+}
+
+/*
+ * fingerprint_file: add the regular file at path, whose status is *st, to
+ * *fingerprint: its size and content.
+ */
+static bool
+fingerprint_file(const char *path, const struct stat *st, uint64 *fingerprint)
+{
+	unsigned char chunk[FINGERPRINT_CHUNK];
+	uint64 hash = (uint64) st->st_size;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t got;
+	int saved;
+
+	if (fd < 0)
+		return false;
+	while ((got = read(fd, chunk, sizeof(chunk))) > 0)
+		hash = hash_bytes_extended(chunk, got, hash);
+	saved = errno;
+	close(fd);
+	explicit_bzero(chunk, sizeof(chunk)); /* it may have held a key */
+	errno = saved;
+	if (got < 0)
+		return false;
+	*fingerprint = hash_combine64(*fingerprint, hash);
+	return true;
 }
 
 /*

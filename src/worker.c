@@ -92,6 +92,20 @@
 
 PGDLLEXPORT void outbox_relay_main(Datum main_arg);
 
+/*
+ * What a producer is made with: the Kafka settings, and a fingerprint of
+ * the files they name (outbox_kafka_files_fingerprint), which a renewed
+ * certificate, key or CA changes under the same path.
+ */
+typedef struct ProducerSettings
+{
+	char *brokers;
+	char *properties;
+	int delivery;
+	char *progress_topic;
+	uint64 files;
+} ProducerSettings;
+
 /* What one round did, for the loop's pacing and status. */
 typedef struct Round
 {
@@ -101,10 +115,9 @@ typedef struct Round
 	bool full; /* the flight is full: wait for Kafka */
 } Round;
 
-static char *used_brokers = NULL; /* settings the producer was made with */
-static char *used_properties = NULL;
-static int used_delivery = -1;
-static char *used_progress_topic = NULL;
+/* What the latest producer was made with; brokers NULL before the first. */
+static ProducerSettings used = {NULL, NULL, -1, NULL, 0};
+static uint64 files_now = 0; /* the files' fingerprint at the latest reload */
 static bool wait_for_reload = false; /* settings unusable as they are */
 static char *db_settings = NULL;     /* ALTER DATABASE's, as at start */
 static bool stalled = false;         /* said that Kafka does not acknowledge */
@@ -130,7 +143,10 @@ static void keep_freed_memory(void);
 static void pin_settings(void);
 static void apply_reload(void);
 static char *kafka_settings(void);
+static bool read_files(bool warn);
 static bool settings_changed(void);
+static bool settings_equal(const ProducerSettings *a, const ProducerSettings *b);
+static void settings_keep(void);
 static bool producer_outdated(void);
 static bool ensure_producer(void);
 static void check_sizes(void);
@@ -322,12 +338,25 @@ apply_reload(void)
 	char *now_set;
 	char *kafka_before = kafka_settings();
 	char *kafka_after;
+	bool same_text;
+	bool files_changed;
 
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	wait_for_reload = false;
 	kafka_after = kafka_settings();
-	if (strcmp(kafka_before, kafka_after) != 0)
+	same_text = strcmp(kafka_before, kafka_after) == 0;
+	/* A new text's files are read by its producer's start, and said there. */
+	files_changed = read_files(same_text && outbox_kafka_running());
+	if (files_changed && same_text && outbox_kafka_running() &&
+		settings_changed())
+		ereport(
+			LOG,
+			(errmsg("outbox relay: making a new Kafka producer"),
+			 errdetail(
+				 "A file that the Kafka properties name changed since the producer read it. The producer's events in flight are answered first, for %d ms at most.",
+				 DRAIN_MS)));
+	if (files_changed || !same_text)
 	{
 		/* The error said what the settings now gone did. */
 		outbox_status_clear_error();
@@ -361,6 +390,39 @@ kafka_settings(void)
 }
 
 /*
+ * read_files: take the fingerprint of the files the Kafka properties name,
+ * at a reload (and only then, besides a producer's start: a reload is when
+ * an operator says a renewal is complete), into files_now; true if it
+ * changed.  A file that cannot be read leaves files_now as it was, so the
+ * running producer goes on with what it read; with warn, that is said.
+ */
+static bool
+read_files(bool warn)
+{
+	char problem[OUTBOX_ERROR_LEN];
+	uint64 files = files_now;
+
+	if (!outbox_kafka_files_fingerprint(outbox_kafka_properties, &files,
+										problem, sizeof(problem)))
+	{
+		if (warn)
+			ereport(
+				WARNING,
+				(errcode(ERRCODE_CONFIG_FILE_ERROR),
+				 errmsg("outbox relay: %s", problem),
+				 errdetail("The relay keeps its Kafka producer, made with the "
+						   "file as it was when the producer started."),
+				 errhint("Make the file readable by the operating system user "
+						 "the server runs as, and reload.")));
+		return false;
+	}
+	if (files == files_now)
+		return false;
+	files_now = files;
+	return true;
+}
+
+/*
  * producer_outdated: whether the running producer was made with other
  * Kafka settings than the current ones.
  */
@@ -371,18 +433,52 @@ producer_outdated(void)
 }
 
 /*
- * settings_changed: whether the Kafka settings differ from those the
- * latest producer was made with (true before the first).
+ * settings_changed: whether the Kafka settings, or the files they name as
+ * of the latest reload, differ from those the latest producer was made
+ * with (true before the first).
  */
 static bool
 settings_changed(void)
 {
-	if (used_brokers == NULL)
-		return true;
-	return strcmp(used_brokers, outbox_kafka_brokers) != 0 ||
-		   strcmp(used_properties, outbox_kafka_properties) != 0 ||
-		   used_delivery != outbox_delivery ||
-		   strcmp(used_progress_topic, outbox_progress_topic) != 0;
+	ProducerSettings now = {outbox_kafka_brokers, outbox_kafka_properties,
+							outbox_delivery, outbox_progress_topic, files_now};
+
+	return used.brokers == NULL || !settings_equal(&used, &now);
+}
+
+/*
+ * settings_equal: whether a producer made with a would be one made with b.
+ */
+static bool
+settings_equal(const ProducerSettings *a, const ProducerSettings *b)
+{
+	return strcmp(a->brokers, b->brokers) == 0 &&
+		   strcmp(a->properties, b->properties) == 0 &&
+		   a->delivery == b->delivery &&
+		   strcmp(a->progress_topic, b->progress_topic) == 0 &&
+		   a->files == b->files;
+}
+
+/*
+ * settings_keep: remember the current settings and files_now as those the
+ * latest producer was made with.
+ */
+static void
+settings_keep(void)
+{
+	if (used.brokers != NULL)
+	{
+		pfree(used.brokers);
+		pfree(used.properties);
+		pfree(used.progress_topic);
+	}
+	used.brokers = MemoryContextStrdup(TopMemoryContext, outbox_kafka_brokers);
+	used.properties =
+		MemoryContextStrdup(TopMemoryContext, outbox_kafka_properties);
+	used.delivery = outbox_delivery;
+	used.progress_topic =
+		MemoryContextStrdup(TopMemoryContext, outbox_progress_topic);
+	used.files = files_now;
 }
 
 /*
@@ -503,6 +599,12 @@ ensure_producer(void)
 	transactional_id = outbox_delivery == OUTBOX_DELIVERY_EXACTLY_ONCE
 						   ? relay_eos_transactional_id()
 						   : NULL;
+	/*
+	 * The files as this producer will find them, read before librdkafka
+	 * does: a renewal in between makes a needless producer at the next
+	 * reload, never a missed one.  An unreadable file is said by the start.
+	 */
+	(void) read_files(false);
 	if (outbox_kafka_brokers[0] == '\0' ||
 		!outbox_kafka_start(outbox_kafka_brokers, outbox_kafka_properties,
 							transactional_id))
@@ -525,18 +627,7 @@ ensure_producer(void)
 		outbox_status_clear_error();
 		outbox_kafka_forget_problem();
 	}
-	if (used_brokers)
-		pfree(used_brokers);
-	if (used_properties)
-		pfree(used_properties);
-	used_brokers = MemoryContextStrdup(TopMemoryContext, outbox_kafka_brokers);
-	used_properties =
-		MemoryContextStrdup(TopMemoryContext, outbox_kafka_properties);
-	if (used_progress_topic)
-		pfree(used_progress_topic);
-	used_progress_topic =
-		MemoryContextStrdup(TopMemoryContext, outbox_progress_topic);
-	used_delivery = outbox_delivery;
+	settings_keep();
 	relay_eos_restart(transactional_id != NULL);
 	check_sizes();
 	return true;
@@ -601,8 +692,10 @@ load_sender_step(void *arg)
 }
 
 /*
- * tend_producer: remake the producer when its settings changed (after its
- * batches in flight are answered, or DRAIN_MS at most) or it failed
+ * tend_producer: remake the producer when its settings or the files they
+ * name changed (after its batches in flight are answered, or DRAIN_MS at
+ * most; in exactly_once its open transaction is committed meanwhile, or
+ * aborted by the next producer's init_transactions) or it failed
  * fatally; make one if there is none.  Only here does a producer end, so
  * nothing below the loop ever holds one that is gone.
  */

@@ -5,8 +5,10 @@
 # TLS; and the usual mistakes (a CA file the server cannot read, the wrong
 # CA, the wrong password, an expired client certificate) each shown by
 # state and message in relay_status() and the log, no event lost, no
-# secret shown, and delivery back once fixed.  Events are read back on the
-# PLAINTEXT listener: the relay's side is the one under test.
+# secret shown, and delivery back once fixed; and a client certificate
+# and key renewed in place, taken at a reload (cert_renewed).  Events are
+# read back on the PLAINTEXT listener: the relay's side is the one under
+# test.
 
 # The SASL_SSL listener's one account (kafka_add_tls).
 IT_TLS_USER=outbox-tls
@@ -199,3 +201,122 @@ t_tls_mistakes() {
     tls_reset
     tls_no_secret "$ALL" "$IT_TLS_PASSWORD" "$IT_TLS_WRONG" "$TLS_KEY_PASSWORD"
 }
+
+# renewed_certs DIR: in DIR, a second CA (ca-b.pem), a client certificate
+# it signed and its key (client-b.pem, client-b.key, CN=outbox as the
+# first), and a broker truststore that holds only that CA
+# (truststore-b.p12, password KAFKA_TLS_STORE_PASSWORD).
+renewed_certs() {
+    local dir=$1
+    mkdir -p "$dir"
+    (
+        cd "$dir" || exit 1
+        set -e
+        rm -f truststore-b.p12
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-b.key -out ca-b.pem -days 30 \
+            -subj /CN=outbox-renewal-ca -addext basicConstraints=critical,CA:true
+        openssl req -newkey rsa:2048 -nodes -keyout client-b.key -out client-b.csr -subj /CN=outbox
+        openssl x509 -req -in client-b.csr -CA ca-b.pem -CAkey ca-b.key -CAcreateserial -days 30 \
+            -out client-b.pem
+        keytool -importcert -noprompt -alias ca-b -file ca-b.pem -keystore truststore-b.p12 \
+            -storetype PKCS12 -storepass "$KAFKA_TLS_STORE_PASSWORD"
+    ) >"$dir/make.log" 2>&1
+}
+
+# renewed_trust TRUSTSTORE: restart the broker trusting only the CAs of
+# TRUSTSTORE for client certificates: a broker reads its truststore when
+# it starts, and a restart also ends every connection made before.
+renewed_trust() {
+    cp "$1" "$(tls_dir)/truststore.p12" && kafka_kill && kafka_start
+}
+
+# renewed_enqueue TOPIC FROM TO: events FROM to TO of TOPIC, all of one
+# key, their "seq" counting on across calls (arrive_once checks order).
+renewed_enqueue() {
+    sql "SELECT count(outbox.enqueue('T', '$1-' || i, jsonb_build_object('seq', i),
+                                     topic => '$1', msg_key => 'k'))
+           FROM generate_series($2, $3) i" >/dev/null
+}
+
+# renewed_not_sent TOPIC FROM: SQL, true while no event of TOPIC from
+# seq FROM on is sent.
+renewed_not_sent() {
+    echo "SELECT count(*) = 0 FROM outbox.events WHERE topic = '$1' AND status = 'sent'
+                                              AND (payload->>'seq')::int >= $2"
+}
+
+# cert_renewed MODE TOPIC: mutual TLS in delivery MODE; events flow with
+# the client certificate of the suite's CA (A); the certificate is renewed
+# in place by one of a second CA (B; the certificate file rewritten, the
+# key replaced by a rename: the paths stay); the broker restarts trusting
+# only B, and the relay's producer, which read A, is refused; events
+# enqueued meanwhile wait.  A reload, the settings' text unchanged, makes
+# a new producer that reads B: those events and later ones arrive, each
+# exactly once, in order.  Then the key made unreadable and reloaded: a
+# WARNING names the file and the reason, once, and the producer it has
+# goes on delivering.  No part of either key reaches the log or
+# relay_status().  The broker trusts the suite's CA again at the end.
+cert_renewed() {
+    local mode=$1 topic=$2 dir=$IT_TMP/renewed-$1 tls pid all=$IT_TMP/$2.out
+    [ -n "${KAFKA_SSL_BROKERS:-}" ] || { fail "the test broker has no SSL listener (kafka_add_tls)"; return; }
+    tls=$(tls_dir)
+    renewed_certs "$dir" || { fail "could not make the second CA's certificates; see $dir/make.log"; return; }
+    cp "$tls/truststore.p12" "$dir/truststore-a.p12"
+    install -o "$CLUSTER_OS_USER" -m 644 "$tls/client.pem" "$dir/client.pem"
+    install -o "$CLUSTER_OS_USER" -m 600 "$tls/client.key" "$dir/client.key"
+    topic_ready "$topic" || return
+    pid=$(relay_pid)
+    LOG_MARK=$(log_mark)
+    : >"$all"
+    cert_renewed_steps "$mode" "$topic" "$dir" && arrive_once "$topic" 20
+    relay_steady "$pid"
+    relay_said "$all"
+    chown "$CLUSTER_OS_USER" "$dir/client.key"
+    tls_reset
+    [ "$mode" = at_least_once ] || set_delivery at_least_once
+    renewed_trust "$dir/truststore-a.p12" || fail "the broker did not restart trusting the suite's CA again"
+    log_since "$LOG_MARK" >>"$all"
+    leaks_part "the server log or relay_status()" "$all" \
+        "$(sed -n 2p "$tls/client.key")" "$(sed -n 2p "$dir/client-b.key")"
+}
+
+# cert_renewed_steps MODE TOPIC DIR: cert_renewed's steps, with the files
+# in DIR; false at the first that fails.
+cert_renewed_steps() {
+    local mode=$1 topic=$2 dir=$3 unreadable
+    tls_use "$KAFKA_SSL_BROKERS" "security.protocol=SSL;ssl.ca.location=$(tls_dir)/ca.pem;ssl.certificate.location=$dir/client.pem;ssl.key.location=$dir/client.key;ssl.endpoint.identification.algorithm=https;broker.address.family=v4"
+    [ "$mode" = at_least_once ] || eos_ready
+    renewed_enqueue "$topic" 1 5
+    wait_until 60 "$(all_sent "$topic" 5)" || { fail "certificate A: the first 5 events not sent: $(relay_state)"; return 1; }
+
+    # Renewed in place, then the broker trusts B only.
+    cat "$dir/client-b.pem" >"$dir/client.pem"
+    install -o "$CLUSTER_OS_USER" -m 600 "$dir/client-b.key" "$dir/client.key.new" &&
+        mv -f "$dir/client.key.new" "$dir/client.key"
+    renewed_trust "$dir/truststore-b.p12" || { fail "the broker did not restart trusting CA B"; return 1; }
+    renewed_enqueue "$topic" 6 10
+    state_is 'broker unreachable'
+    holds 3 "$(renewed_not_sent "$topic" 6)" ||
+        { fail "an event was sent with certificate A, which the broker no longer trusts"; return 1; }
+
+    # The reload: the same text, new files.
+    sql "SELECT pg_reload_conf()" >/dev/null
+    log_shows 'LOG:  outbox relay: making a new Kafka producer'
+    log_shows 'DETAIL:  A file that the Kafka properties name changed since the producer read it'
+    renewed_enqueue "$topic" 11 15
+    wait_until 60 "$(all_sent "$topic" 15)" ||
+        { fail "after the reload: events not all sent with certificate B: $(relay_state)"; return 1; }
+
+    # A file unreadable at a reload: said once, the producer kept.
+    unreadable="WARNING:  outbox relay: could not read file \"$dir/client.key\" of property \"ssl.key.location\": Permission denied"
+    chown root "$dir/client.key"
+    sql "SELECT pg_reload_conf()" >/dev/null
+    log_shows "$unreadable"
+    renewed_enqueue "$topic" 16 20
+    wait_until 60 "$(all_sent "$topic" 20)" || { fail "the unreadable key stopped the producer: $(relay_state)"; return 1; }
+    expect "warnings of the unreadable key" "$(log_count "$unreadable")" 1
+    chown "$CLUSTER_OS_USER" "$dir/client.key"
+}
+
+t_tls_cert_renewed() { cert_renewed at_least_once it.tls.renewed; }
+t_eos_tls_cert_renewed() { cert_renewed exactly_once it.eos.tls.renewed; }
