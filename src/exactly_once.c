@@ -11,9 +11,11 @@
  * reach ("to"), the retries it sent ("sent") and the events it held back
  * behind an earlier one of their key ("held"), as one line:
  *
- *	 outbox progress 1; database OID; proof TOKEN; from PLACE; to PLACE; sent ID ...; held ID ...
+ *	 outbox progress 1; database OID; proof TOKEN; timeline TLI; wal LSN;
+ *	 from PLACE; to PLACE; sent ID ...; held ID ...
  *
- * (PLACE as relay_pos_text writes it).  Once Kafka has answered for
+ * (PLACE as relay_pos_text writes it; TLI and LSN, in decimal, where this
+ * server's WAL was when it wrote the record).  Once Kafka has answered for
  * every event of the round, the relay commits;
  * only after the commit is the progress recorded in PostgreSQL, as in
  * at_least_once, and only after that does the next transaction begin.  So
@@ -24,7 +26,8 @@
  * init_transactions (which fences any older producer of its id and aborts
  * what that one left open), reads its latest record (read_committed), and
  * if outbox.relay_cursor is still at "from", moves it to "to" and records
- * "sent" and "held".  A cursor at "to" is in step.  A cursor anywhere else
+ * "sent" and "held", provided this server's WAL history holds the
+ * record's WAL position (in_history).  A cursor at "to" is in step.  A cursor anywhere else
  * (a restored database, a standby that lost commits in a failover, a
  * progress topic emptied by hand) is kept, and said: what follows it may
  * go again, never a loss.
@@ -54,6 +57,7 @@
  */
 #include "postgres.h"
 
+#include "access/timeline.h"
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
 #include "lib/stringinfo.h"
@@ -139,6 +143,7 @@ static char progress_refused_text[OUTBOX_ERROR_LEN];
 
 static bool prepare(TimestampTz now);
 static bool catch_up(void);
+static bool in_history(const ProgressRecord *p);
 static void move_cursor(const ProgressRecord *p);
 static const char *const *proof_marks(void);
 static void say_foreign(void);
@@ -492,6 +497,8 @@ catch_up(void)
 		memset(&p, 0, sizeof(p));
 		foreign_found++;
 	}
+	if (p.proof != NULL && !in_history(&p))
+		memset(&p, 0, sizeof(p));
 	if (p.from != NULL)
 		move_cursor(&p);
 	if (p.nsent > 0)
@@ -504,6 +511,48 @@ catch_up(void)
 		pfree(progress_found);
 	progress_found = NULL;
 	return true;
+}
+
+/*
+ * in_history: whether this server's WAL holds what the WAL of the server
+ * that wrote this relay's record p held then: its timeline, up to its
+ * insert position, is in this server's history.  The record's "to" says
+ * which transactions are done by ids of that server; a standby promoted
+ * behind it, or a server restored to before it, hands out those ids again
+ * for new transactions, which the cursor moved to "to" would skip.  A
+ * record of 0.2.0 says nothing and is taken: it was written before the
+ * update, by this server.  Otherwise the record is said and ignored: what
+ * follows the cursor may go again, never a loss.
+ */
+static bool
+in_history(const ProgressRecord *p)
+{
+	TimeLineID timeline = GetWALInsertionTimeLine();
+	XLogRecPtr until = GetXLogInsertRecPtr();
+
+	if (p->timeline == 0)
+		return true;
+	if (p->timeline != timeline)
+	{
+		List *history = readTimeLineHistory(timeline);
+
+		until = tliInHistory(p->timeline, history)
+					? tliSwitchPoint(p->timeline, history, NULL)
+					: InvalidXLogRecPtr;
+	}
+	if (p->wal <= until)
+		return true;
+	ereport(
+		WARNING,
+		(errmsg("outbox relay: the latest committed Kafka transaction was made by a server whose history this one does not share"),
+		 errdetail(
+			 "It was recorded at WAL %X/%X of timeline %u; this server is on timeline %u, and holds that timeline's WAL only up to %X/%X. "
+			 "outbox.relay_cursor is kept: events after it may be sent again.",
+			 LSN_FORMAT_ARGS((XLogRecPtr) p->wal), p->timeline, timeline,
+			 LSN_FORMAT_ARGS(until)),
+		 errhint(
+			 "Make consumers claim events with outbox.claim, which refuses an event applied before.")));
+	return false;
 }
 
 /*
@@ -939,8 +988,11 @@ progress_text(void)
 	char *from = relay_first_sends_recorded();
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, PROGRESS_FORMAT "; database %u; proof %s",
-					 MyDatabaseId, relay_sender_proof());
+	appendStringInfo(&buf,
+					 PROGRESS_FORMAT "; database %u; proof %s; timeline %u"
+									 "; wal " UINT64_FORMAT,
+					 MyDatabaseId, relay_sender_proof(),
+					 GetWALInsertionTimeLine(), (uint64) GetXLogInsertRecPtr());
 	for (int k = 0; k < n; k++)
 	{
 		if (!batches[k]->retry)

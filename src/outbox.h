@@ -133,8 +133,9 @@ typedef struct OutboxShared
 	bool created_more; /* more than fit: look everywhere */
 	int nwaiting;      /* databases without a relay, that want one */
 	OutboxWaiting waiting[OUTBOX_MAX_WAITING];
-	uint64 incarnation; /* events' incarnation (incarnation.c), set once */
-	int nslots;         /* outbox.max_relays */
+	uint64 incarnation;    /* events' incarnation (incarnation.c), set once */
+	bool began_as_standby; /* standby.signal was there at this start */
+	int nslots;            /* outbox.max_relays */
 	OutboxRelaySlot slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 

@@ -30,7 +30,8 @@ static bool parse_number(const char *text, uint64 max, uint64 *out);
  * exactly as exactly_once.c writes it, fields in any order: the format
  * line, then "; name value" for each field, once; database is database,
  * the proof one of the non-empty proofs (a NULL-terminated list), from and
- * to come together, ids are positive int64 in decimal, one space apart.
+ * to come together, and timeline and wal (records of 0.2.0 have neither),
+ * numbers are positive and in decimal, ids int64, one space apart.
  * Nothing in the text is trusted before this says yes; out starts zeroed,
  * and may hold id lists to free even when it says no.
  */
@@ -62,7 +63,8 @@ progress_record_parse(char *text, Oid database, const char *const *proofs,
 	}
 	return !first && out->database == database &&
 		   proof_matches(out->proof, proofs) &&
-		   (out->from == NULL) == (out->to == NULL);
+		   (out->from == NULL) == (out->to == NULL) &&
+		   (out->timeline == 0) == (out->wal == 0);
 }
 
 /*
@@ -98,6 +100,17 @@ take_field(const char *name, char *value, ProgressRecord *out)
 		out->database = (Oid) oid;
 		return true;
 	}
+	if (strcmp(name, "timeline") == 0 && out->timeline == 0)
+	{
+		uint64 timeline;
+
+		if (!parse_number(value, PG_UINT32_MAX, &timeline))
+			return false;
+		out->timeline = (uint32) timeline;
+		return true;
+	}
+	if (strcmp(name, "wal") == 0 && out->wal == 0)
+		return parse_number(value, PG_UINT64_MAX, &out->wal);
 	if (strcmp(name, "proof") == 0)
 		return take_text(&out->proof, value);
 	if (strcmp(name, "from") == 0)

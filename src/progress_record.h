@@ -24,6 +24,8 @@
 typedef struct ProgressRecord
 {
 	Oid database;
+	uint32 timeline; /* where it was written: WAL timeline, 0 if unsaid */
+	uint64 wal;      /* and WAL insert position then, 0 if unsaid */
 	char *proof;
 	char *from;
 	char *to;

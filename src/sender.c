@@ -15,24 +15,29 @@
  * the database OID in the transactional.id and the progress key; beside it
  * sender_place says where the relay that chose it runs (host name, port,
  * data directory), sender_timeline on which WAL timeline and
- * sender_system in which cluster (system identifier).  A relay that finds
- * itself elsewhere on a later timeline is a promoted standby (or a server
- * restored to a point in time): it keeps the sender, and so fences the
- * relay of the primary it replaced, and takes that relay's latest
- * progress.  In another cluster (pg_upgrade makes a new system
- * identifier, and so a new transactional.id) it keeps the sender and the
- * source.  Elsewhere in the same cluster on the same timeline it is a copy
- * (a base backup or a stopped data directory started as another server)
- * or a moved data directory: before it makes a producer it takes a new
- * sender, so that it never fences the original.  A move costs at most the latest Kafka
- * transaction sent again, never a loss.
+ * sender_system in which cluster (system identifier).  The relay keeps the
+ * sender where it is the same sender: the same place (a restart, or a
+ * restore in place), another cluster (pg_upgrade makes a new system
+ * identifier, and so a new transactional.id), or a later timeline reached
+ * by the promotion of a standby (standby.signal was there when the server
+ * started, shmem.c): that relay fences the relay of the primary it
+ * replaced, and takes its latest progress where this server's WAL has it
+ * (exactly_once.c).  Anywhere else it is a copy or a restore that may run
+ * beside the original: a base backup or a stopped data directory started
+ * as a server of its own (same timeline), or archive recovery and
+ * recovery to a point in time (a later timeline, without standby.signal).
+ * Before it makes a producer it takes a new sender, so that it never
+ * fences the original nor takes the original's progress.  A move costs at
+ * most the latest Kafka transaction sent again, never a loss.
  *
  * The source.  Every message names this database in its outbox_source
  * header, relay_cursor.source, so that consumers of several databases on
- * one topic keep their claims apart (claim.c).  Restarts, failover and
- * pg_upgrade keep it; a restore makes a new one (the restore keeps the
- * cursor row CREATE EXTENSION made, see _relay_cursor_restore); a copy
- * takes a new one with its new sender.
+ * one topic keep their claims apart (claim.c).  The source is the
+ * database's history, not a server's: failover, copies, restores (a dump's
+ * too, see _relay_cursor_restore) and pg_upgrade keep it, so an event sent
+ * again by any of them keeps its identity and a claiming consumer refuses
+ * it.  Events enqueued apart never share one: the header also names the
+ * event's incarnation (incarnation.c).
  *
  * The proof.  Each producer's start draws a random token and stores it in
  * relay_cursor.proof (in the transaction that catches up, so it is
@@ -77,16 +82,12 @@ static const char *const claim_sql =
 	"       sender_system = $4,"
 	"       proof = CASE WHEN sender = $1 THEN proof END,"
 	"       proof_seen = CASE WHEN sender = $1 THEN proof_seen END";
-static const char *const new_source_sql =
-	"UPDATE outbox.relay_cursor SET source = pg_catalog.gen_random_uuid()"
-	" RETURNING source::pg_catalog.text";
 static const char *const proof_sql =
 	"UPDATE outbox.relay_cursor SET proof = $1, proof_seen = $2";
 
 static SPIPlanPtr read_plan = NULL;
 static SPIPlanPtr claim_plan = NULL;
 static SPIPlanPtr proof_plan = NULL;
-static SPIPlanPtr new_source_plan = NULL;
 
 static int64 sender = 0;
 static char source[UUID_TEXT_LEN + 1] = "";
@@ -96,11 +97,13 @@ static char proof_seen[PROOF_BYTES * 2 + 1] = "";
 static char *this_place(void);
 static int64 new_sender(void);
 static void say_promoted(const char *old, const char *place);
-static void say_copy(const char *old, const char *place);
+static bool keeps_sender(const char *old, const char *place,
+						 TimeLineID old_timeline, TimeLineID timeline,
+						 const char *old_system, const char *system);
+static void say_copy(const char *old, const char *place, bool later);
 static void claim(int64 number, const char *place, TimeLineID timeline,
 				  const char *system);
 static void keep_proof(char *to, const char *token);
-static char *take_new_source(void);
 
 /*
  * relay_sender_load: read the relay's sender and proof from
@@ -143,17 +146,11 @@ relay_sender_load(void)
 		(TimeLineID) DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 	if (found == 0 || found_place == NULL)
 		found = new_sender();
-	else if (strcmp(found_place, place) == 0 || timeline > found_timeline ||
-			 strcmp(found_system ? found_system : "", system) != 0)
+	else if (!keeps_sender(found_place, place, found_timeline, timeline,
+						   found_system, system))
 	{
-		if (strcmp(found_place, place) != 0 && timeline > found_timeline)
-			say_promoted(found_place, place);
-	}
-	else
-	{
-		say_copy(found_place, place);
+		say_copy(found_place, place, timeline > found_timeline);
 		found = new_sender();
-		found_source = take_new_source();
 	}
 	if (found != was || found_place == NULL ||
 		strcmp(found_place, place) != 0 || timeline != found_timeline ||
@@ -182,17 +179,43 @@ say_promoted(const char *old, const char *place)
 }
 
 /*
- * say_copy: the relay takes a new sender on a copy of the server at old.
+ * keeps_sender: whether the relay at place, on timeline, in the cluster
+ * of system identifier system, sends as the relay that chose the sender at
+ * old, old_timeline, old_system did: the same server started again, the
+ * same cluster after pg_upgrade (a new system identifier), or a standby
+ * of it promoted (say_promoted).  Anything else is a copy or a restore.
+ */
+static bool
+keeps_sender(const char *old, const char *place, TimeLineID old_timeline,
+			 TimeLineID timeline, const char *old_system, const char *system)
+{
+	if (strcmp(old, place) == 0 ||
+		strcmp(old_system ? old_system : "", system) != 0)
+		return true;
+	if (timeline > old_timeline && outbox_shared != NULL &&
+		outbox_shared->began_as_standby)
+	{
+		say_promoted(old, place);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * say_copy: the relay takes a new sender on a copy or a restore of the
+ * server at old; later if it is on a later timeline than that one.
  */
 static void
-say_copy(const char *old, const char *place)
+say_copy(const char *old, const char *place, bool later)
 {
 	ereport(
 		LOG,
-		(errmsg("outbox relay: this server takes a new Kafka identity: it is a copy of the server where the current one was chosen"),
+		(errmsg("outbox relay: this server takes a new Kafka identity: it is a copy or a restore of the server where the current one was chosen"),
 		 errdetail(
-			 "The identity was chosen at %s; this server is %s, on the same timeline. A copy of a cluster or a moved data directory sends under an identity of its own, so that it never fences another server's relay nor takes that relay's progress for its own. The latest Kafka transaction of the previous identity may be sent again.",
-			 old, place)));
+			 "The identity was chosen at %s; this server is %s, %s. It sends under an identity of its own, so that it never fences another server's relay nor takes that relay's progress for its own; its events keep their outbox_source. The latest Kafka transaction of the previous identity may be sent again.",
+			 old, place,
+			 later ? "on a later timeline it did not reach by the promotion of a standby (archive recovery or recovery to a point in time)"
+				   : "on the same timeline")));
 }
 
 /*
@@ -316,23 +339,6 @@ new_sender(void)
 					 errmsg("outbox relay: could not generate random bytes")));
 	}
 	return (int64) (n & INT64CONST(0x7fffffffffffffff));
-}
-
-/*
- * take_new_source: a new source for this database (a copy of the cluster
- * names its events apart from the original's); inside relay_begin.
- */
-static char *
-take_new_source(void)
-{
-	SPIPlanPtr plan =
-		outbox_keep_plan(&new_source_plan, new_source_sql, 0, NULL, false);
-	int rc = SPI_execute_plan(plan, NULL, NULL, false, 0);
-
-	if (rc != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
-		elog(ERROR, "outbox relay: \"%s\" failed: %s", new_source_sql,
-			 SPI_result_code_string(rc));
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
 /*

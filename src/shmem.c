@@ -14,7 +14,10 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -336,6 +339,8 @@ shmem_startup(void)
 		memset(outbox_shared, 0, shmem_size());
 		SpinLockInit(&outbox_shared->mutex);
 		outbox_shared->incarnation = outbox_draw_incarnation();
+		/* The postmaster runs in the data directory. */
+		outbox_shared->began_as_standby = access(STANDBY_SIGNAL_FILE, F_OK) == 0;
 		pg_atomic_init_u64(&outbox_shared->launcher, 0);
 		outbox_shared->nslots = outbox_max_relays;
 		for (int i = 0; i < outbox_max_relays; i++)

@@ -742,3 +742,18 @@ t_eos_async_promotion() {
     async_promotion it.eos.async_failover
     set_delivery at_least_once
 }
+
+# A server restored beside production (t_pitr_beside, t_backup_beside,
+# real_broker.sh), in exactly_once: it takes a Kafka identity of its own,
+# so production's relay is never fenced.
+t_eos_pitr_beside() {
+    eos_ready
+    restored_beside it.eos.pitr pitr
+    set_delivery at_least_once
+}
+
+t_eos_backup_beside() {
+    eos_ready
+    restored_beside it.eos.backup backup
+    set_delivery at_least_once
+}

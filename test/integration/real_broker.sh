@@ -661,8 +661,12 @@ async_promotion() {
         [ $SECONDS -lt $deadline ] || { fail "the standby did not replay up to $lsn in 60 s"; break; }
         sleep 0.1
     done
-    # The standby falls behind (stopped); the primary sends 60 more, dies.
+    # The standby falls behind (stopped); the primary uses transaction ids
+    # the standby never sees, sends 60 more events, dies.  In exactly_once
+    # its latest progress record begins where the standby's cursor is, and
+    # ends past ids the promoted standby hands out again.
     async_ctl -m fast -w stop
+    for i in $(seq 20); do sql "SELECT pg_current_xact_id()" >/dev/null; done
     sql "SELECT count(outbox.enqueue('T', '$topic-lost-' || i, '{}', topic => '$topic')) FROM generate_series(1, 60) i" >/dev/null
     wait_until 60 "$(all_sent $topic 100)" || fail "the events the standby lacks were not sent"
     cluster_ctl -m immediate stop >/dev/null
@@ -687,6 +691,102 @@ async_promotion() {
         SELECT source, event_id FROM ${got}_v GROUP BY 1, 2 HAVING count(DISTINCT biz_key) > 1) d")" 0
     expect "async failover: events sent again under another identity" "$(sql "SELECT count(*) FROM (
         SELECT biz_key FROM ${got}_v GROUP BY 1 HAVING count(DISTINCT (source, event_id)) > 1) d")" 0
+}
+
+# A server restored beside production on the same Kafka, from a backup
+# holding events production has since sent: to a point in time (PITR, a
+# later timeline), or a base backup started later (the same timeline).
+# Its relay must not fence production's (exactly_once) nor take its
+# progress; its events sent again keep their identity, its new ones take
+# none another event had; a consumer claiming as the README says applies
+# every event exactly once, and production keeps delivering.
+# t_eos_pitr_beside and t_eos_backup_beside (exactly_once.sh) run them in
+# exactly_once.
+t_pitr_beside() {
+    restored_beside it.pitr pitr
+}
+
+t_backup_beside() {
+    restored_beside it.backup backup
+}
+
+# restored_beside TOPIC KIND: the case above, KIND pitr or backup, on
+# TOPIC, in the current mode.
+restored_beside() {
+    local topic=$1 kind=$2 dir=$CLUSTER_DIR/restored.$1 rport=5434 got=got_${1//./_} out=$IT_TMP/$1.tsv
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR mark deadline
+    restored_ctl() { cluster_run "$server_bin/pg_ctl" -D "$dir" -l "$IT_TMP/$topic.restored.log" "$@" >/dev/null; }
+    restored_sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -p $rport -d "$IT_DB" -c "$1"; }
+    enqueue_on() { $1 "SELECT count(outbox.enqueue('T', '$topic-$2-' || i, '{}', topic => '$topic')) FROM generate_series(1, 30) i" >/dev/null; }
+    base_backup() {
+        cluster_run "$server_bin/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$dir" -X stream --checkpoint=fast
+    }
+    mark=$(log_mark)
+    # The archive a restore to a point in time reads: the primary's pg_wal, kept.
+    set_setting wal_keep_size 1GB
+    if [ $kind = pitr ]; then base_backup || { fail "pg_basebackup failed"; return; }; fi
+    enqueue_on sql early
+    wait_until 60 "$(all_sent $topic 30)" || fail "the early events were not sent"
+    # Pending where the restore ends: production sends them afterwards.
+    sql "SELECT outbox.pause()" >/dev/null
+    enqueue_on sql pending
+    if [ $kind = pitr ]; then
+        sql "SELECT pg_create_restore_point('$topic')" >/dev/null
+    else
+        base_backup || { fail "pg_basebackup failed"; return; }
+    fi
+    sql "SELECT outbox.resume()" >/dev/null
+    enqueue_on sql later
+    wait_until 60 "$(all_sent $topic 90)" || fail "production did not send the pending and later events"
+    sql "SELECT pg_switch_wal()" >/dev/null
+
+    echo "port = $rport" | cluster_run tee -a "$dir/postgresql.conf" >/dev/null
+    if [ $kind = pitr ]; then
+        printf "%s\n" "restore_command = 'cp $CLUSTER_DATA/pg_wal/%f %p'" "recovery_target_name = '$topic'" \
+            "recovery_target_action = 'promote'" | cluster_run tee -a "$dir/postgresql.conf" >/dev/null
+        cluster_run touch "$dir/recovery.signal"
+    fi
+    restored_ctl -w start || { fail "the restored server did not start"; return; }
+    deadline=$((SECONDS + 60))
+    until [ "$(restored_sql "SELECT NOT pg_is_in_recovery()")" = t ]; do
+        [ $SECONDS -lt $deadline ] || { fail "the restored server did not end its recovery in 60 s"; break; }
+        sleep 0.2
+    done
+    expect "$kind beside: events pending on the restored server" \
+        "$(restored_sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'")" 30
+    # Restored paused, as production was; its operator resumes it.
+    restored_sql "SELECT outbox.resume()" >/dev/null
+    enqueue_on restored_sql restored
+    enqueue_on sql after
+    wait_until 60 "$(all_sent $topic 120)" \
+        || fail "production stopped delivering beside the restored server: $(sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"
+    deadline=$((SECONDS + 60))
+    until [ "$(restored_sql "$(all_sent $topic 90)")" = t ]; do
+        [ $SECONDS -lt $deadline ] || { fail "the restored server did not send its events in 60 s: $(restored_sql "SELECT state || ': ' || coalesce(last_error, '') FROM outbox.relay_status()")"; break; }
+        sleep 0.2
+    done
+    [ "$(sql "SELECT sender FROM outbox.relay_cursor")" != "$(restored_sql "SELECT sender FROM outbox.relay_cursor")" ] \
+        || fail "the restored server sends under production's Kafka identity"
+    consume $topic 100000 30000 3000 >"$out"
+    restored_ctl -m fast -w stop
+    grep -q "takes a new Kafka identity" "$IT_TMP/$topic.restored.log" \
+        || fail "the restored server did not say it took a new identity"
+    cluster_run rm -rf "$dir"
+    reset_setting wal_keep_size
+    if log_since "$mark" | grep -q "fenced"; then fail "a relay was fenced: $(log_since "$mark" | grep fenced | head -2)"; fi
+
+    load_consumed $got "$out"
+    sql "CREATE OR REPLACE VIEW ${got}_v AS SELECT part, off, event_id, substring(headers from 'outbox_source=([^,]*)') AS source,
+                                                      substring(headers from 'biz_key=([^,]*)') AS biz_key FROM $got"
+    expect "$kind beside: events in Kafka" "$(sql "SELECT count(DISTINCT biz_key) FROM ${got}_v")" 150
+    expect "$kind beside: identities shared by two different events" "$(sql "SELECT count(*) FROM (
+        SELECT source, event_id FROM ${got}_v GROUP BY 1, 2 HAVING count(DISTINCT biz_key) > 1) d")" 0
+    expect "$kind beside: events sent again under another identity" "$(sql "SELECT count(*) FROM (
+        SELECT biz_key FROM ${got}_v GROUP BY 1 HAVING count(DISTINCT (source, event_id)) > 1) d")" 0
+    expect "$kind beside: events a claiming consumer did not apply exactly once" "$(sql "SELECT count(*) FROM (
+        SELECT biz_key, count(*) FILTER (WHERE applied) AS n FROM (
+            SELECT biz_key, outbox.claim('$topic', event_id, 'T', biz_key, source) AS applied
+              FROM ${got}_v ORDER BY part, off) c GROUP BY 1) a WHERE n <> 1")" 0
 }
 
 # A commit PostgreSQL made visible before the synchronous standby had it

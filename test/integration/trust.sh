@@ -83,8 +83,9 @@ t_eos_forged_progress() {
 # not a standby) beside the original, both exactly_once on the same Kafka,
 # both enqueueing to one topic, then each given a new producer in turn:
 # the copy takes a new Kafka identity (it never fences the original) and
-# a source of its own (its events are not the original's), the
-# original keeps delivering, and every event either marks sent is in
+# keeps the source (the events both have keep their identity; the ones
+# each enqueues differ by their incarnation), the original keeps
+# delivering, and every event either marks sent is in
 # Kafka.  Before, the copy fenced the original, and the original, once
 # reloaded, took the copy's progress for its own and marked its own
 # pending events sent.
@@ -127,14 +128,17 @@ t_eos_copy_beside() {
     done
     [ "$(sql "SELECT sender FROM outbox.relay_cursor")" != "$(copy_sql "SELECT sender FROM outbox.relay_cursor")" ] \
         || fail "the copy sends under the original's identity"
-    [ "$(sql "SELECT source FROM outbox.relay_cursor")" != "$(copy_sql "SELECT source FROM outbox.relay_cursor")" ] \
-        || fail "the copy's events name the original's source"
+    [ "$(sql "SELECT source FROM outbox.relay_cursor")" = "$(copy_sql "SELECT source FROM outbox.relay_cursor")" ] \
+        || fail "the copy took a source of its own: the events both have would not keep their identity"
     consume $topic 180 30000 3000 >"$out"
     load_consumed got_copy "$out"
     expect "events of either server marked sent and not in Kafka" \
         "$(sql "SELECT count(*) FROM (SELECT 'orig-' || r || '-' || i AS who FROM generate_series(1, 3) r, generate_series(1, 30) i
                                       UNION ALL SELECT 'copy-' || r || '-' || i FROM generate_series(1, 3) r, generate_series(1, 30) i) w
                 WHERE NOT EXISTS (SELECT FROM got_copy g WHERE g.value::jsonb ->> 'who' = w.who)")" 0
+    expect "identities (outbox_source, event_id) shared by two different events" "$(sql "
+        SELECT count(*) FROM (SELECT substring(headers from 'outbox_source=([^,]*)') AS source, event_id FROM got_copy
+                               GROUP BY 1, 2 HAVING count(DISTINCT value::jsonb ->> 'who') > 1) d")" 0
     log_since "$mark" | grep -q "fenced" && fail "a relay was fenced: $(log_since "$mark" | grep fenced | head -2)"
     cluster_run "$server_bin/pg_ctl" -D "$copy" -m fast stop >/dev/null
     grep -q "takes a new Kafka identity" "$IT_TMP/copy_eos.log" \

@@ -83,6 +83,8 @@ typedef struct Buf
 typedef struct Genuine
 {
 	Oid database;
+	uint32 timeline; /* and wal: both 0 in a record of 0.2.0 */
+	uint64 wal;
 	char current[33]; /* the relay's proofs: current, and seen (or "") */
 	char seen[33];
 	const char *proofs[3];
@@ -93,7 +95,7 @@ typedef struct Genuine
 	int nsent;
 	int64 *held;
 	int nheld;
-	char *fields[6];
+	char *fields[8];
 	int nfields;
 } Genuine;
 
@@ -369,6 +371,17 @@ genuine_make(Genuine *g)
 	snprintf(number, sizeof(number), "%u", g->database);
 	g->fields[g->nfields++] = text_field("database", number);
 	g->fields[g->nfields++] = text_field("proof", g->proof);
+	if (!chance(4))
+	{
+		char wal[24];
+
+		g->timeline = (uint32) (1 + below(PG_UINT32_MAX));
+		g->wal = 1 + below(PG_INT64_MAX);
+		snprintf(number, sizeof(number), "%u", g->timeline);
+		snprintf(wal, sizeof(wal), UINT64_FORMAT, g->wal);
+		g->fields[g->nfields++] = text_field("timeline", number);
+		g->fields[g->nfields++] = text_field("wal", wal);
+	}
 	if (!chance(3))
 	{
 		g->from = random_place();
@@ -540,6 +553,15 @@ written_back(const ProgressRecord *r, char **parts)
 	snprintf(number, sizeof(number), "%u", r->database);
 	parts[n++] = text_field("database", number);
 	parts[n++] = text_field("proof", r->proof);
+	if (r->timeline != 0)
+	{
+		char wal[24];
+
+		snprintf(number, sizeof(number), "%u", r->timeline);
+		snprintf(wal, sizeof(wal), UINT64_FORMAT, r->wal);
+		parts[n++] = text_field("timeline", number);
+		parts[n++] = text_field("wal", wal);
+	}
 	if (r->from != NULL)
 		parts[n++] = text_field("from", r->from);
 	if (r->to != NULL)
@@ -559,9 +581,9 @@ static bool
 round_trips(const char *text, const ProgressRecord *r)
 {
 	char *cut = copy_text(text);
-	char *in[8];
-	char *out[6];
-	int nin = split_fields(cut, in, 8);
+	char *in[10];
+	char *out[8];
+	int nin = split_fields(cut, in, 10);
 	int nout = written_back(r, out);
 	bool same = nin == nout + 1 && strcmp(in[0], PROGRESS_FORMAT) == 0;
 
@@ -650,6 +672,8 @@ values_differ(const ProgressRecord *r, const Genuine *g)
 {
 	if (r->database != g->database || !same_text(r->proof, g->proof))
 		return "a genuine record's database or proof came back changed";
+	if (r->timeline != g->timeline || r->wal != g->wal)
+		return "a genuine record's timeline or wal came back changed";
 	if (!same_text(r->from, g->from) || !same_text(r->to, g->to))
 		return "a genuine record's from or to came back changed";
 	if (!same_ids(r->sent, r->nsent, g->sent, g->nsent) ||
@@ -788,14 +812,14 @@ binary(const Genuine *g, Buf *work)
 static void
 repeats(const Genuine *g, Buf *work)
 {
-	static const char *const others[] = {"database 1",      "proof 0",
-										 "from 1:1:/-/0/0", "to 1:1:/-/0/0",
-										 "sent 1",          "held 1"};
+	static const char *const others[] = {
+		"database 1", "proof 0", "from 1:1:/-/0/0", "to 1:1:/-/0/0",
+		"sent 1",     "held 1",  "timeline 1",      "wal 1"};
 	int i = (int) below(g->nfields);
 
 	render(g, work, -1, g->fields[i], (int) below(g->nfields + 1));
 	run_text("field repeated", work->data, g, EXPECT_REJECT);
-	for (int k = 0; k < 6; k++)
+	for (int k = 0; k < 8; k++)
 	{
 		char label[16];
 
@@ -810,16 +834,17 @@ repeats(const Genuine *g, Buf *work)
 
 /*
  * missing: the record without one of its fields: database, proof, and
- * from or to alone make it malformed; without sent or held it is still
+ * from or to, or timeline or wal, alone make it malformed; without sent or held it is still
  * the relay's, with no such list.
  */
 static void
 missing(const Genuine *g, Buf *work)
 {
-	static const char *const needed[] = {"database", "proof", "from", "to"};
+	static const char *const needed[] = {"database", "proof", "from",
+										 "to",       "timeline", "wal"};
 	Genuine less;
 
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 6; k++)
 	{
 		int i = field_index(g, needed[k]);
 
