@@ -428,6 +428,12 @@ BEGIN
                    SELECT x FROM pg_catalog.pg_snapshot_xip(c.done_snapshot) x
                    UNION SELECT me ORDER BY 1), ','))::pg_catalog.pg_snapshot
      WHERE pg_catalog.pg_visible_in_snapshot(me, c.done_snapshot);
+
+    -- The source is the database's history (src/sender.c): the restored
+    -- events keep their identity, so a claiming consumer refuses those
+    -- the original had sent.  New ones differ by their incarnation.
+    UPDATE outbox.relay_cursor
+       SET source = COALESCE(NEW.source, source);
     RETURN NULL;
 END $$;
 

@@ -16,7 +16,9 @@
  * were enqueued by one running server, whose history never forks: the
  * fork is another server's, or comes through a start (a restore, a
  * rewound primary), and a standby, which cannot write, enqueues nothing
- * before its promotion.  An event keeps the incarnation it was enqueued
+ * before its promotion.  The number is mixed with the database's OID
+ * (a dump restored into another database of the same server keeps its
+ * source).  An event keeps the incarnation it was enqueued
  * in, so sent again by any server it keeps its identity.  Events stored
  * before 0.3.0 have 0, and their header stays the source alone.
  *
@@ -24,14 +26,19 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 
 #include "outbox.h"
 
 PG_FUNCTION_INFO_V1(outbox_incarnation);
 
 /*
- * outbox_incarnation: SQL entry point (event_log.incarnation's default).
+ * outbox_incarnation: SQL entry point (event_log.incarnation's default):
+ * the server's incarnation mixed with this database's OID, so that two
+ * databases of one server whose histories fork (a dump restored beside
+ * its original keeps the source, sender.c) never share one either.
  * Without shared memory (the library not preloaded: nothing relays then)
  * the backend draws one of its own, as unique.
  */
@@ -39,12 +46,25 @@ Datum
 outbox_incarnation(PG_FUNCTION_ARGS)
 {
 	static uint64 own = 0;
+	static uint64 mixed = 0;
+	uint64 server;
 
 	if (outbox_shared != NULL)
-		PG_RETURN_INT64((int64) outbox_shared->incarnation);
-	if (own == 0)
-		own = outbox_draw_incarnation();
-	PG_RETURN_INT64((int64) own);
+		server = outbox_shared->incarnation;
+	else
+	{
+		if (own == 0)
+			own = outbox_draw_incarnation();
+		server = own;
+	}
+	if (mixed == 0)
+	{
+		mixed = hash_bytes_uint32_extended((uint32) MyDatabaseId, server) &
+				PG_INT64_MAX;
+		if (mixed == 0)
+			mixed = 1;
+	}
+	PG_RETURN_INT64((int64) mixed);
 }
 
 /*

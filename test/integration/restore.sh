@@ -89,7 +89,24 @@ t_dump_restore() {
         || fail "the copy's relay is not paused: $(IT_DB=outbox_copy sql "SELECT state FROM outbox.relay_status()")"
     IT_DB=outbox_copy sql "SELECT outbox.resume()" >/dev/null
     deliveries_are outbox_copy $topic
+    restored_identities outbox_src outbox_copy $topic.after
     relay_home outbox_src outbox_copy
+}
+
+# restored_identities ORIGINAL COPY TOPIC: the restored COPY keeps the
+# ORIGINAL's source (an event both have keeps its identity, and a
+# claiming consumer refuses it sent again); an event each enqueues now
+# is named apart (the restored sequence hands out the ids the original
+# does, so only the outbox_source header can).
+restored_identities() {
+    local ids=()
+    [ "$(IT_DB=$1 sql "SELECT source FROM outbox.relay_cursor")" = "$(IT_DB=$2 sql "SELECT source FROM outbox.relay_cursor")" ] \
+        || fail "the restored database took a source of its own: its events sent again are applied again"
+    for db in "$1" "$2"; do
+        ids+=("$(IT_DB=$db sql "SELECT $(source_of l) FROM outbox.event_log l
+                                 WHERE id = outbox.enqueue('T', 'after-restore', '{}', topic => '$3')")")
+    done
+    [ "${ids[0]}" != "${ids[1]}" ] || fail "new events of either database name one outbox_source: ${ids[0]}"
 }
 
 # The same dump restored into another cluster, whose transaction ids have
