@@ -103,8 +103,8 @@ restored_identities() {
     [ "$(IT_DB=$1 sql "SELECT source FROM outbox.relay_cursor")" = "$(IT_DB=$2 sql "SELECT source FROM outbox.relay_cursor")" ] \
         || fail "the restored database took a source of its own: its events sent again are applied again"
     for db in "$1" "$2"; do
-        ids+=("$(IT_DB=$db sql "SELECT $(source_of l) FROM outbox.event_log l
-                                 WHERE id = outbox.enqueue('T', 'after-restore', '{}', topic => '$3')")")
+        IT_DB=$db sql "SELECT outbox.enqueue('T', 'after-restore', '{}', topic => '$3')" >/dev/null
+        ids+=("$(IT_DB=$db sql "SELECT $(source_of l) FROM outbox.event_log l WHERE biz_key = 'after-restore'")")
     done
     [ "${ids[0]}" != "${ids[1]}" ] || fail "new events of either database name one outbox_source: ${ids[0]}"
 }
