@@ -693,6 +693,137 @@ async_promotion() {
         SELECT biz_key FROM ${got}_v GROUP BY 1 HAVING count(DISTINCT (source, event_id)) > 1) d")" 0
 }
 
+# The old primary of an asynchronous failover rewound and rejoined: the
+# standby falls behind, the primary sends events it lacks, the standby is
+# promoted and enqueues, the old primary is rewound onto the promoted
+# server's timeline (pg_rewind), catches up as its standby, and is
+# promoted back in a switchover.  The rewind takes away what the old
+# primary committed after the fork, as asynchronous replication allows;
+# every event either primary enqueued after its promotion reaches Kafka,
+# no two different events share an identity (outbox_source, event_id),
+# the events both servers had keep theirs, and each promoted server,
+# having begun as a standby, keeps the relay's sender and source.
+# pg_rewind needs wal_log_hints (the test cluster has no data checksums)
+# and the old primary's WAL from the last checkpoint before the fork
+# (wal_keep_size here; an archive and --restore-target-wal elsewhere):
+# both set for this case, from before the base backup, reset at its end.
+t_rewind_rejoin() {
+    local topic=it.rewind out=$IT_TMP/rewind.tsv standby=$CLUSTER_DIR/rewind sport=5433 got=got_rewind
+    local server_bin=$CLUSTER_INSTALL$PG_BINDIR lsn ckpt sender source conf=$IT_TMP/rewind_primary.conf
+    rewind_ctl() { cluster_run "$server_bin/pg_ctl" -D "$standby" -l "$IT_TMP/rewind_standby.log" "$@" >/dev/null; }
+    rewind_sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -p $sport -d "$IT_DB" -c "$1"; }
+    sql "ALTER SYSTEM SET wal_log_hints = on" && sql "ALTER SYSTEM SET wal_keep_size = '128MB'"
+    cluster_ctl -m fast -w stop >/dev/null && cluster_start || { fail "the primary did not restart"; rewind_end; return; }
+    expect "wal_log_hints" "$(sql "SHOW wal_log_hints")" on
+    topic_ready $topic || { rewind_end; return; }
+    cluster_run "$server_bin/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby" -R -X stream --checkpoint=fast \
+        || { fail "pg_basebackup failed"; rewind_end; return; }
+    echo "port = $sport" | cluster_run tee -a "$standby/postgresql.conf" >/dev/null
+    rewind_ctl -w start || { fail "the standby did not start"; rewind_end; return; }
+
+    # Both have these; the primary sends them.
+    sql "SELECT count(outbox.enqueue('T', 'shared-' || i, '{}', topic => '$topic')) FROM generate_series(1, 40) i" >/dev/null
+    wait_until 60 "$(all_sent $topic 40)" || fail "the shared events were not sent"
+    sender=$(sql "SELECT sender FROM outbox.relay_cursor")
+    source=$(sql "SELECT source FROM outbox.relay_cursor")
+    replayed rewind_sql "$(sql "SELECT pg_current_wal_lsn()")" || fail "the standby did not catch up"
+    # The standby falls behind (stopped); the primary sends 60 more.
+    rewind_ctl -m fast -w stop
+    sql "SELECT count(outbox.enqueue('T', 'lost-' || i, '{}', topic => '$topic')) FROM generate_series(1, 60) i" >/dev/null
+    wait_until 60 "$(all_sent $topic 100)" || fail "the events the standby lacks were not sent"
+
+    # The standby, started cut off from the primary (no primary_conninfo),
+    # promoted (timeline 2), enqueues; then the old primary stops.
+    rewind_ctl -w -o "-c primary_conninfo=" start && rewind_ctl -w promote || { fail "the standby was not promoted"; rewind_end; return; }
+    rewind_sql "SELECT count(outbox.enqueue('T', 'new-' || i, '{}', topic => '$topic')) FROM generate_series(1, 60) i" >/dev/null
+    rewind_wait "SELECT count(*) = 100 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
+        || fail "the promoted standby did not send its events in 60 s"
+    expect "sender after the first promotion" "$(rewind_sql "SELECT sender FROM outbox.relay_cursor")" "$sender"
+    expect "source after the first promotion" "$(rewind_sql "SELECT source FROM outbox.relay_cursor")" "$source"
+    cluster_ctl -m fast -w stop >/dev/null
+
+    # pg_rewind onto the promoted server's timeline.  Its control file
+    # names the new timeline only from the checkpoint that follows the
+    # promotion (without one pg_rewind says "no rewind required").  It
+    # copies the source's configuration files, so the old primary's own
+    # postgresql.conf is put back; -R writes standby.signal and
+    # primary_conninfo.
+    rewind_sql "CHECKPOINT"
+    cluster_run cp "$CLUSTER_DATA/postgresql.conf" "$conf"
+    cluster_run "$server_bin/pg_rewind" -D "$CLUSTER_DATA" -R \
+        --source-server="host=$CLUSTER_DIR port=$sport user=postgres dbname=postgres" >"$IT_TMP/rewind.log" 2>&1 \
+        || { fail "pg_rewind failed: $(tail -n 3 "$IT_TMP/rewind.log")"; rewind_end; return; }
+    cluster_run cp "$conf" "$CLUSTER_DATA/postgresql.conf"
+    cluster_start || { fail "the rewound primary did not start"; rewind_end; return; }
+    expect "rewound primary in recovery" "$(sql "SELECT pg_is_in_recovery()")" t
+    replayed sql "$(rewind_sql "SELECT pg_current_wal_lsn()")" || fail "the rewound primary did not catch up"
+    expect "events the rewind took away" "$(sql "SELECT count(*) FROM outbox.event_log WHERE biz_key LIKE 'lost-%'")" 0
+
+    # Switchover: the promoted server stopped cleanly, its shutdown
+    # checkpoint replayed, the rewound one promoted (timeline 3).
+    rewind_ctl -m fast -w stop
+    ckpt=$(cluster_run "$server_bin/pg_controldata" -D "$standby" | sed -n 's/^Latest checkpoint location: *//p')
+    replayed sql "$ckpt" || fail "the rewound primary did not replay the shutdown checkpoint $ckpt"
+    cluster_ctl -w promote >/dev/null || { fail "the rewound primary was not promoted"; rewind_end; return; }
+    sql "SELECT count(outbox.enqueue('T', 'back-' || i, '{}', topic => '$topic')) FROM generate_series(1, 60) i" >/dev/null
+    wait_until 60 "SELECT count(*) = 160 FROM outbox.events WHERE topic = '$topic' AND status = 'sent'" \
+        || fail "the primary promoted back did not send its events in 60 s"
+    expect "sender after the switchover" "$(sql "SELECT sender FROM outbox.relay_cursor")" "$sender"
+    expect "source after the switchover" "$(sql "SELECT source FROM outbox.relay_cursor")" "$source"
+
+    consume $topic 1000 30000 3000 >"$out"
+    load_consumed $got "$out"
+    sql "CREATE OR REPLACE VIEW ${got}_v AS SELECT event_id, substring(headers from 'outbox_source=([^,]*)') AS source,
+                                                      substring(headers from 'biz_key=([^,]*)') AS biz_key FROM $got"
+    expect "rewind: events in Kafka per kind" "$(sql "SELECT string_agg(k || '=' || n, ' ' ORDER BY k) FROM (
+        SELECT split_part(biz_key, '-', 1) k, count(DISTINCT biz_key) n FROM ${got}_v GROUP BY 1) c")" \
+        "back=60 lost=60 new=60 shared=40"
+    # Ids the promoted standby handed out again: what the check below is about.
+    [ "$(sql "SELECT count(*) FROM (SELECT event_id FROM ${got}_v WHERE biz_key ~ '^(lost|new)-'
+                                     GROUP BY 1 HAVING count(DISTINCT biz_key) > 1) d")" -gt 0 ] \
+        || fail "no event id of a lost event was handed out again: the case checks nothing"
+    expect "rewind: identities shared by two different events" "$(sql "SELECT count(*) FROM (
+        SELECT source, event_id FROM ${got}_v GROUP BY 1, 2 HAVING count(DISTINCT biz_key) > 1) d")" 0
+    expect "rewind: events sent again under another identity" "$(sql "SELECT count(*) FROM (
+        SELECT biz_key FROM ${got}_v GROUP BY 1 HAVING count(DISTINCT (source, event_id)) > 1) d")" 0
+    rewind_end
+}
+
+# replayed RUNNER LSN: until the server RUNNER queries replayed LSN, 60 s at most.
+replayed() {
+    local deadline=$((SECONDS + 60))
+    until [ "$("$1" "SELECT pg_last_wal_replay_lsn() >= '$2'" 2>/dev/null)" = t ]; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 0.1
+    done
+}
+
+# rewind_wait SQL: until SQL returns t on t_rewind_rejoin's standby, 60 s at most.
+rewind_wait() {
+    local deadline=$((SECONDS + 60))
+    until [ "$(rewind_sql "$1" 2>/dev/null)" = t ]; do
+        [ $SECONDS -lt $deadline ] || return 1
+        sleep 0.2
+    done
+}
+
+# rewind_end: the original cluster back as other cases expect it, however
+# far t_rewind_rejoin got: a primary without the case's settings, its
+# relay running; the other server gone.
+rewind_end() {
+    rewind_ctl -m fast -w stop 2>/dev/null
+    [ ! -f "$conf" ] || cluster_run cp "$conf" "$CLUSTER_DATA/postgresql.conf"
+    cluster_ctl status >/dev/null 2>&1 || cluster_start
+    [ "$(sql "SELECT pg_is_in_recovery()")" = f ] || cluster_ctl -w promote >/dev/null
+    sql "ALTER SYSTEM RESET wal_log_hints" && sql "ALTER SYSTEM RESET wal_keep_size"
+    sql "ALTER SYSTEM RESET primary_conninfo"
+    cluster_ctl -m fast -w stop >/dev/null
+    cluster_start || fail "the cluster did not start again"
+    wait_until 30 "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" \
+        || fail "no relay after the case"
+    cluster_run rm -rf "$standby" "$conf"
+}
+
 # A server restored beside production on the same Kafka, from a backup
 # holding events production has since sent: to a point in time (PITR, a
 # later timeline), or a base backup started later (the same timeline).
