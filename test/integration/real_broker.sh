@@ -877,15 +877,28 @@ restored_beside() {
             "recovery_target_action = 'promote'" | cluster_run tee -a "$dir/postgresql.conf" >/dev/null
         cluster_run touch "$dir/recovery.signal"
     fi
-    restored_ctl -w start || { fail "the restored server did not start"; return; }
+    # docs/ha.md's way to start a restored server that sends nothing: no
+    # relay at the first start, each database paused, started again.
+    restored_ctl -o "-c outbox.database=no_relay" -w start || { fail "the restored server did not start"; return; }
     deadline=$((SECONDS + 60))
     until [ "$(restored_sql "SELECT NOT pg_is_in_recovery()")" = t ]; do
         [ $SECONDS -lt $deadline ] || { fail "the restored server did not end its recovery in 60 s"; break; }
         sleep 0.2
     done
-    expect "$kind beside: events pending on the restored server" \
-        "$(restored_sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'")" 30
-    # Restored paused, as production was; its operator resumes it.
+    holds 3 "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'outbox relay'" restored_sql \
+        || fail "a relay ran on the restored server started with outbox.database = no_relay"
+    grep -q 'database "no_relay" does not exist' "$IT_TMP/$topic.restored.log" \
+        || fail "the restored server's launcher did not say why no relay runs"
+    restored_sql "SELECT outbox.pause()" >/dev/null
+    restored_ctl -m fast -w stop && restored_ctl -w start || { fail "the restored server did not start again"; return; }
+    deadline=$((SECONDS + 30))
+    until [ "$(restored_sql "SELECT state = 'paused' FROM outbox.relay_status()")" = t ]; do
+        [ $SECONDS -lt $deadline ] || { fail "the restored server's relay is not paused: $(restored_sql "SELECT state FROM outbox.relay_status()")"; break; }
+        sleep 0.2
+    done
+    holds 2 "SELECT count(*) = 30 FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'" restored_sql \
+        || fail "$kind beside: the paused restored server sent: $(restored_sql "SELECT count(*) FROM outbox.events WHERE topic = '$topic' AND status <> 'sent'")"
+    # Its operator resumes it.
     restored_sql "SELECT outbox.resume()" >/dev/null
     enqueue_on restored_sql restored
     enqueue_on sql after
