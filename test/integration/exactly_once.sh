@@ -210,10 +210,32 @@ t_refused_batch_neighbours() {
 # was held whole (1,800 and 2,900 of 6,000 events here), and under load
 # the chain went on while the writers did: in a chaos run, 70,806 of
 # 93,978 events went through outbox.event_state, 206 of them refused.
+#
+# The chain still forms when the machine is loaded so heavily that a
+# batch of retries is not answered within the 200 ms first sends wait
+# for it (3,799 and 4,725 of 6,600-6,900 events beside a chaos run's
+# start, and beside the other half of CI): first sends read meanwhile,
+# and each batch in flight holding a key makes the next one hold it too.
+# It ends with the load (every event is sent, checked).  So a try that
+# chained is made again on a new topic, three tries at most: the
+# defects the check is for (mutations 70 and 71) chain every time.
 t_held_chain_ends() {
-    local topic=it.held.chain script=$IT_TMP/chain.pgbench writer from to held total
+    local try
+    for try in 1 2 3; do
+        held_chain_try it.held.chain$try && break
+        [ "$IT_CASE_FAILED" = 1 ] && return
+        echo "#   try $try: the chain formed; again on a new topic"
+        [ "$try" = 3 ] && fail "events of the backlog and after went through the retry step in 3 tries"
+    done
+}
+
+# held_chain_try TOPIC: one try of held_chain_ends on TOPIC; false if an
+# event of the backlog or after went through the retry step (or the try
+# failed, with IT_CASE_FAILED set).
+held_chain_try() {
+    local topic=$1 script=$IT_TMP/chain.pgbench writer from to held total
     sql "SELECT outbox.enqueue('T', 'chain-0', '{}', topic => '$topic')" >/dev/null
-    wait_until 30 "$(all_sent $topic 1)" || { fail "the topic's first event was not sent"; return; }
+    wait_until 30 "$(all_sent $topic 1)" || { fail "the topic's first event was not sent"; return 1; }
     # Refused for as long as the limit takes to lift, never dead.
     set_setting outbox.max_attempts 1000
     set_setting outbox.batch_size 1000
@@ -246,35 +268,44 @@ SQL
     held=$(sql "SELECT count(*) FROM outbox.event_state WHERE id > $from AND id <= $to")
     echo "#   events $from-$to: $held of $((to - from)) sent by the retry step" \
          "($(sql "SELECT count(*) FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE l.topic = '$topic'") of $total in all)"
-    expect "events of the backlog and after sent by the retry step" "$held" 0
     reset_setting outbox.backoff_min
     reset_setting outbox.batch_size
     reset_setting outbox.max_attempts
+    [ "$IT_CASE_FAILED" != 1 ] && [ "$held" = 0 ]
 }
 
-# How late a healthy topic's events may leave (the relay's send, from
-# their enqueue; the 99th percentile) while another topic is refused.
-REFUSED_STREAM_P99_BOUND_MS=300
+# How much later than before the refusal a healthy topic's events may
+# leave (the relay's send, from their enqueue; the 99th percentile) while
+# another topic is refused: this many ms more than twice the p99 measured
+# just before, under the same load.
+REFUSED_STREAM_P99_SLACK_MS=300
 
 # While a topic Kafka refuses (every record over its max.message.bytes)
 # keeps the retry step busy, a stream of 300 events/s over 50 keys, each
 # tried up to outbox.max_attempts (10) times, a healthy topic's events,
-# 300/s, leave within REFUSED_STREAM_P99_BOUND_MS of their enqueue (the
-# 99th percentile): first sends wait for batches of retries in flight
-# (held_chain_ends) only briefly, and not for those that send an event
-# refused twice.  Measured 2026-12-06: p99 20-37 ms, as before the wait.
+# 300/s, leave within REFUSED_STREAM_P99_SLACK_MS of twice their p99 with
+# both topics healthy, measured first: first sends wait for batches of
+# retries in flight (held_chain_ends) only briefly, and not for those
+# that send an event refused twice.  The bound is relative because the
+# machine's load moves both alike: beside the other half of CI the p99
+# was 529 ms once (unloaded: 21-48 ms before the refusal and after).
 t_refused_stream_isolated() {
     local bad=it.refused.stream healthy=it.refused.stream.healthy script=$IT_TMP/refused_stream.pgbench
-    local out=$IT_TMP/refused_stream.tsv writer from to n p99
+    local writer from to base p99 bound
     sql "SELECT outbox.enqueue('T', 'rs-0', '{}', topic => '$bad'), outbox.enqueue('T', 'rs-1', '{}', topic => '$healthy')" >/dev/null
     wait_until 30 "$(all_sent $bad 1)" || { fail "the topics' first events were not sent"; return; }
-    topic_max_message_bytes $bad 128 || { fail "could not lower max.message.bytes of $bad"; return; }
-    set_setting outbox.max_attempts 10
     cat >"$script" <<SQL
 \set k random(0, 49)
 SELECT outbox.enqueue('T', 'rs-' || gen_random_uuid(), '{"n": 1}', topic => '$bad', msg_key => 'k' || :k);
 SELECT outbox.enqueue('T', 'rs-' || gen_random_uuid(), '{"n": 1}', topic => '$healthy', msg_key => 'k' || :k);
 SQL
+    from=$(sql "SELECT max(id) FROM outbox.event_log")
+    "$PGBIN/pgbench" -n -c 2 -j 2 -R 300 -T 6 -f "$script" "$IT_DB" >"$IT_TMP/refused_stream.log" 2>&1
+    to=$(sql "SELECT max(id) FROM outbox.event_log")
+    healthy_p99 base "$healthy" "$from" "$to" || return
+    base=$P99
+    topic_max_message_bytes $bad 128 || { fail "could not lower max.message.bytes of $bad"; return; }
+    set_setting outbox.max_attempts 10
     "$PGBIN/pgbench" -n -c 2 -j 2 -R 300 -T 12 -f "$script" "$IT_DB" >"$IT_TMP/refused_stream.log" 2>&1 &
     writer=$!
     # Refused twice: at most one event per key at a time (a key's later
@@ -285,23 +316,36 @@ SQL
     kill -0 "$writer" 2>/dev/null || fail "the writer ended before $bad was refused twice: nothing measured"
     wait "$writer"
     to=$(sql "SELECT max(id) FROM outbox.event_log")
-    n=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$healthy' AND id > $from AND id <= $to")
-    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t $healthy -T 20000 -i 3000 >"$out" 2>/dev/null
-    load_consumed got_refused_stream "$out"
-    sql "CREATE TABLE refused_stream_ms AS
-         SELECT min(g.created_ms) - extract(epoch FROM l.created_at) * 1000 AS ms
-           FROM outbox.event_log l JOIN got_refused_stream g ON g.event_id = l.id
-          WHERE l.topic = '$healthy' AND l.id > $from AND l.id <= $to GROUP BY l.id, l.created_at" >/dev/null
-    p99=$(sql "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) FROM refused_stream_ms")
-    echo "#   $healthy: $n events while $bad was refused ($(sql "SELECT count(*) FROM outbox.event_state s
-            JOIN outbox.event_log l USING (id) WHERE l.topic = '$bad' AND s.attempts > 0") of its events failed):" \
-        "sent $(sql "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)) FROM refused_stream_ms") ms" \
-        "after their enqueue at the median, $p99 ms at p99, $(sql "SELECT round(max(ms)) FROM refused_stream_ms") ms at most"
-    expect "events of $healthy enqueued meanwhile that arrived" "$(sql "SELECT count(*) FROM refused_stream_ms")" "$n"
-    [ "${p99:-99999}" -le "$REFUSED_STREAM_P99_BOUND_MS" ] \
-        || fail "p99 of $healthy: $p99 ms (bound $REFUSED_STREAM_P99_BOUND_MS ms)"
+    echo "#   $bad: $(sql "SELECT count(*) FROM outbox.event_state s JOIN outbox.event_log l USING (id)
+            WHERE l.topic = '$bad' AND s.attempts > 0") of its events failed"
+    healthy_p99 refused "$healthy" "$from" "$to" || return
+    p99=$P99
+    bound=$((REFUSED_STREAM_P99_SLACK_MS + 2 * base))
+    [ "$p99" -le "$bound" ] \
+        || fail "p99 of $healthy while $bad was refused: $p99 ms, before: $base ms (bound $bound ms)"
     topic_default_max_message_bytes $bad || fail "could not reset max.message.bytes of $bad"
     reset_setting outbox.max_attempts
+}
+
+# healthy_p99 NAME TOPIC FROM TO: P99 set to the 99th percentile, in ms,
+# of how long after its enqueue the relay sent each event of TOPIC with an
+# id in (FROM, TO], as a consumer found; says the median and the worst
+# too.  False, with a failure, unless every one of them arrived.
+healthy_p99() {
+    local name=$1 topic=$2 from=$3 to=$4 out=$IT_TMP/refused_stream.$1.tsv n
+    n=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic' AND id > $from AND id <= $to")
+    "$TOOLS/outbox-consume" -b "$IT_BROKERS" -t "$topic" -T 20000 -i 3000 >"$out" 2>/dev/null
+    load_consumed "got_rs_$name" "$out"
+    sql "CREATE TABLE rs_ms_$name AS
+         SELECT min(g.created_ms) - extract(epoch FROM l.created_at) * 1000 AS ms
+           FROM outbox.event_log l JOIN got_rs_$name g ON g.event_id = l.id
+          WHERE l.topic = '$topic' AND l.id > $from AND l.id <= $to GROUP BY l.id, l.created_at" >/dev/null
+    echo "#   $topic, $name: $n events, sent $(sql "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)) FROM rs_ms_$name") ms" \
+         "after their enqueue at the median, $(sql "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) FROM rs_ms_$name") ms at p99," \
+         "$(sql "SELECT round(max(ms)) FROM rs_ms_$name") ms at most"
+    expect "events of $topic ($name) that arrived" "$(sql "SELECT count(*) FROM rs_ms_$name")" "$n"
+    [ "$(sql "SELECT count(*) FROM rs_ms_$name")" = "$n" ] || return 1
+    P99=$(sql "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) FROM rs_ms_$name")
 }
 
 # exactly_once: one event in the middle of a transaction refused: the
