@@ -73,6 +73,14 @@ examples:
 docs-check:
 	test/docs/run
 
+# The integration suite's long real-broker cases (test/integration/run
+# --long), which make test leaves out: a 3-broker cluster's leaders
+# killed, certificates renewed, the transaction coordinator gone, TLS
+# mistakes, an old transaction's cost.  About 7 minutes.
+.PHONY: integration-long
+integration-long:
+	test/integration/run --long
+
 # The integration suite's real-broker cases against Kafka 3.6.2 and 3.9.1,
 # one version after the other (make test runs every case on 4.1.1, and a
 # few on these two).  KAFKA_VERSIONS="..." picks others.
