@@ -158,6 +158,7 @@ relay_first_sends_read(int *taken)
 	RelaySettings settings = relay_settings_now();
 	RelayBatch *batch;
 	HTAB *blocked;
+	HTAB *in_order;
 	bool full = false;
 	bool exhausted;
 	int room = relay_flight_room(&settings, NULL);
@@ -193,7 +194,9 @@ relay_first_sends_read(int *taken)
 	batch->before = copy_pos(&reader, batch->memory);
 	relay_flight_push(batch);
 	blocked = relay_key_set(CurrentMemoryContext);
-	relay_pending_keys(blocked);
+	in_order = relay_key_set(CurrentMemoryContext);
+	relay_retries_in_order(in_order);
+	relay_pending_keys(blocked, in_order);
 	relay_flight_held_keys(blocked);
 	exhausted = read_window(batch, blocked, &full);
 	relay_commit();
