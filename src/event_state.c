@@ -47,7 +47,7 @@ static const char *const set_state_sql =
 	"  updated_at = EXCLUDED.updated_at";
 
 static const char *const pending_keys_sql =
-	"SELECT l.topic, l.msg_key, s.id"
+	"SELECT l.topic, l.msg_key"
 	"  FROM outbox.event_state s JOIN outbox.event_log l"
 	"    ON l.id OPERATOR(pg_catalog.=) s.id"
 	" WHERE s.status OPERATOR(pg_catalog.=) ANY ('{new,sending}'::text[])";
@@ -419,12 +419,11 @@ relay_backoff_ms(const RelaySettings *settings, int attempts)
 
 /*
  * relay_pending_keys: add to keys those of the events that wait for a
- * retry or are in flight one by one, but those of in_order (ids of events
- * that later ones may follow, relay_retries_in_order): they hold back
- * every later event of theirs.  Call inside relay_begin.
+ * retry or are in flight one by one: they hold back every later event of
+ * theirs.  Call inside relay_begin.
  */
 void
-relay_pending_keys(HTAB *keys, HTAB *in_order)
+relay_pending_keys(HTAB *keys)
 {
 	SPIPlanPtr plan =
 		outbox_keep_plan(&pending_keys_plan, pending_keys_sql, 0, NULL, false);
@@ -439,11 +438,7 @@ relay_pending_keys(HTAB *keys, HTAB *in_order)
 		TupleDesc desc = SPI_tuptable->tupdesc;
 		char *topic = SPI_getvalue(row, desc, 1);
 		char *key = SPI_getvalue(row, desc, 2);
-		bool isnull;
-		int64 id = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
 
-		if (relay_key_has(in_order, (uint64) id))
-			continue;
 		relay_key_add(keys, relay_key_hash(topic ? topic : "", key ? key : ""));
 	}
 }

@@ -158,7 +158,6 @@ relay_first_sends_read(int *taken)
 	RelaySettings settings = relay_settings_now();
 	RelayBatch *batch;
 	HTAB *blocked;
-	HTAB *in_order;
 	bool full = false;
 	bool exhausted;
 	int room = relay_flight_room(&settings, NULL);
@@ -194,9 +193,7 @@ relay_first_sends_read(int *taken)
 	batch->before = copy_pos(&reader, batch->memory);
 	relay_flight_push(batch);
 	blocked = relay_key_set(CurrentMemoryContext);
-	in_order = relay_key_set(CurrentMemoryContext);
-	relay_retries_in_order(in_order);
-	relay_pending_keys(blocked, in_order);
+	relay_pending_keys(blocked);
 	relay_flight_held_keys(blocked);
 	exhausted = read_window(batch, blocked, &full);
 	relay_commit();

@@ -190,7 +190,7 @@ extern const char *relay_topic_missing_text(const char *topic, bool dead);
 extern void relay_say_topic_missing(const char *topic, bool dead);
 extern void relay_record_outcome(const RelayBatch *batch, int i);
 extern int relay_backoff_ms(const RelaySettings *settings, int attempts);
-extern void relay_pending_keys(HTAB *keys, HTAB *in_order);
+extern void relay_pending_keys(HTAB *keys);
 extern void relay_reset_sending(void);
 extern void relay_mark_sent(const int64 *ids, int n);
 extern bool relay_refused_before(int64 id);
@@ -253,7 +253,6 @@ extern bool relay_handed_settle(void);
 extern void relay_retries_abandon(void);
 extern bool relay_retries_alone(void);
 extern bool relay_retries_first(void);
-extern void relay_retries_in_order(HTAB *ids);
 
 /* worker.c */
 typedef void (*RelayStep)(void *arg);

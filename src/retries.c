@@ -125,35 +125,6 @@ relay_retries_first(void)
 }
 
 /*
- * relay_retries_in_order: add to ids those of the events the batch of
- * retries in flight sent that had never failed, or that Kafka has
- * acknowledged since.  First sends sent after them go to their
- * partition's queue behind them and keep their key's order, as batches of
- * first sends in flight do (with their caveat: one refused now is
- * overtaken), so these need not hold their keys.  Held meanwhile, a busy
- * key's new events went to the retry step's next batch while first sends
- * held more, and under load (a batch of retries answered later than
- * first sends wait for it) that went on for as long as the key was
- * written.  One that failed before may well fail again: it holds its key.
- */
-void
-relay_retries_in_order(HTAB *ids)
-{
-	RelayBatch *batch = relay_flight_retry();
-
-	if (batch == NULL || batch == reading)
-		return;
-	for (int i = 0; i < batch->count; i++)
-	{
-		const OutboxMessage *msg = &batch->msgs[i];
-
-		if (batch->fate[i] == FATE_IN_BATCH &&
-			(msg->done ? msg->error == 0 : batch->attempts[i] == 0))
-			relay_key_add(ids, (uint64) msg->event_id);
-	}
-}
-
-/*
  * relay_retries_settle: record the batch of retries once Kafka answered
  * for it (or hand its stuck stragglers over).  True if anything was
  * recorded; *unreachable if every event sent failed for the broker's sake.

@@ -211,16 +211,14 @@ t_refused_batch_neighbours() {
 # the chain went on while the writers did: in a chaos run, 70,806 of
 # 93,978 events went through outbox.event_state, 206 of them refused.
 #
-# Under a load that keeps a batch of retries unanswered longer than the
-# 200 ms first sends wait for it, first sends read meanwhile: each batch
-# in flight holding a key made the next one hold it too (3,799 and 4,725
-# of 6,600-6,900 events beside a chaos run's start, and beside the other
-# half of CI).  Now new events follow the retried events that never
-# failed (retries_slow_chain_ends), so the chain ends within a batch of
-# retries; but the first one, of events that did fail, may still be
-# answered late and hold a batch of the backlog.  So a try that held any
-# is made again on a new topic, three tries at most: the defects the
-# check is for (mutations 70 and 71) hold in every try.
+# The chain still forms when the machine is loaded so heavily that a
+# batch of retries is not answered within the 200 ms first sends wait
+# for it (3,799 and 4,725 of 6,600-6,900 events beside a chaos run's
+# start, and beside the other half of CI): first sends read meanwhile,
+# and each batch in flight holding a key makes the next one hold it too.
+# It ends with the load (every event is sent, checked).  So a try that
+# chained is made again on a new topic, three tries at most: the
+# defects the check is for (mutations 70 and 71) chain every time.
 t_held_chain_ends() {
     local try
     for try in 1 2 3; do

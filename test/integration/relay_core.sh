@@ -270,48 +270,6 @@ SQL
     reset_properties
 }
 
-# A key written at 100 events/s whose first event waits for a retry,
-# while the broker answers every request 600 ms late: longer than first
-# sends wait for a batch of retries (200 ms), so they read while each is
-# in flight.  Its new events are held behind the retried one, then sent by
-# the retry step with what first sends held meanwhile; from there on they
-# follow the retry step's batch in the partition's queue instead of being
-# held behind it (relay_retries_in_order), so of the events enqueued from
-# 3 s on, none goes through outbox.event_state.  Before, each batch of
-# retries in flight held the key again, and the chain went on for as
-# long as the key was written, as held_chain_ends found beside CI's load.
-# Every event arrives, in order.
-t_retries_slow_chain_ends() {
-    local topic=mock.retries.chain script=$IT_TMP/retries_chain.pgbench writer from to held total out=$IT_TMP/retries_chain.tsv
-    properties_applied "topic.metadata.propagation.max.ms=2000"
-    refused_event $topic 3 K
-    wait_until 20 "SELECT attempts >= 1 FROM outbox.events WHERE id = $REFUSED_ID" \
-        || { fail "event $REFUSED_ID did not fail once"; return; }
-    mock create $topic 1
-    mock topic-error $topic 0
-    mock rtt 600
-    cat >"$script" <<SQL
-SELECT outbox.enqueue('T', 'rc-' || gen_random_uuid(), '{}', topic => '$topic', msg_key => 'K');
-SQL
-    "$PGBIN/pgbench" -n -c 1 -j 1 -R 100 -T 6 -f "$script" "$IT_DB" >"$IT_TMP/retries_chain.log" 2>&1 &
-    writer=$!
-    sleep 3
-    from=$(sql "SELECT max(id) FROM outbox.event_log")
-    wait "$writer" || fail "pgbench failed: $(tail -3 "$IT_TMP/retries_chain.log")"
-    to=$(sql "SELECT max(id) FROM outbox.event_log")
-    total=$(sql "SELECT count(*) FROM outbox.event_log WHERE topic = '$topic'")
-    wait_until 30 "$(all_sent $topic "$total")" || fail "not all $total events of $topic were sent in 30 s"
-    mock rtt 0
-    held=$(sql "SELECT count(*) FROM outbox.event_state WHERE id > $from AND id <= $to")
-    echo "#   events $from-$to, enqueued from 3 s on: $held of $((to - from)) sent by the retry step" \
-         "($(sql "SELECT count(*) FROM outbox.event_state s JOIN outbox.event_log l USING (id) WHERE l.topic = '$topic'") of $total in all)"
-    expect "events enqueued from 3 s on sent by the retry step" "$held" 0
-    mock_consume $topic "$total" 30000 >"$out" || fail "not all $total events of $topic arrived"
-    expect "events of K in offset order" "$(consumed_in_order "$out" | tr '\n' ' ')" \
-        "$(sql "SELECT string_agg(id::text, ' ' ORDER BY id) || ' ' FROM outbox.event_log WHERE topic = '$topic'")"
-    reset_properties
-}
-
 # consumed_in_order FILE: the event ids of FILE (one partition) in offset
 # order, each once.
 consumed_in_order() {
